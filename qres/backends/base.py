@@ -1,0 +1,80 @@
+"""The interface every search backend implements (embedded tantivy, Elasticsearch).
+
+The contract suite in ``tests/backends/contract.py`` is written against this class and run
+for each backend, so "same behaviour on every backend" is checked, not hoped for.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qres.corpus import Question
+
+
+class BackendError(RuntimeError):
+    """A problem the user can act on (missing index, unreachable server, …): one sentence."""
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float
+
+
+class Backend(ABC):
+    """A question index: BM25 over title and body, stored fields, optional dense vectors."""
+
+    name: str
+
+    @abstractmethod
+    def upsert(self, questions: Sequence[Question], vectors: np.ndarray | None = None) -> None:
+        """Add or replace questions by id (``vectors``: one row per question, or None)."""
+
+    @abstractmethod
+    def delete(self, ids: Sequence[str]) -> None:
+        """Remove questions by id; unknown ids are ignored."""
+
+    @abstractmethod
+    def commit(self) -> None:
+        """Make everything upserted or deleted so far durable and visible to searches."""
+
+    @abstractmethod
+    def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
+        """BM25 top-``k`` for the user's ``text``, taken as plain words, never query syntax.
+
+        ``only_ids`` restricts the result to those questions (re-ranking a given candidate
+        list); among them, ones that match no query term come back with score 0.
+        """
+
+    @abstractmethod
+    def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
+        """Stored questions by id; ids not in the index are absent from the result."""
+
+    @abstractmethod
+    def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(float32 matrix with a row per id, bool mask of the rows that have a vector)."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """Number of questions visible to searches."""
+
+    @abstractmethod
+    def metadata(self) -> dict:
+        """Index-level metadata (model fingerprint, vector dims, …)."""
+
+    @abstractmethod
+    def set_metadata(self, values: dict) -> None:
+        """Merge ``values`` into the metadata; durable at once."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release files and connections."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

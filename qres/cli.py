@@ -1,0 +1,493 @@
+"""The ``qres`` command line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from qres import paths
+from qres.backends import BACKENDS, open_backend
+from qres.backends.base import Backend, BackendError
+from qres.corpus import FORMATS, CorpusError, ReadStats, read_corpus
+
+console = Console(stderr=True)
+stdout = Console()
+
+
+class Context:
+    def __init__(self, index_dir: Path, backend: str | None, as_json: bool):
+        self.index_dir, self.backend_name, self.as_json = index_dir, backend, as_json
+
+    def open(self, create: bool = False, index_dir: Path | None = None, **settings) -> Backend:
+        return open_backend(self.backend_name, index_dir or self.index_dir, create, **settings)
+
+    def open_backend_name(self) -> str:
+        return self.backend_name or os.environ.get("QRES_BACKEND", "embedded")
+
+    def emit(self, payload) -> None:
+        click.echo(json.dumps(payload, indent=2, default=str))
+
+
+class QresGroup(click.Group):
+    """Turns the errors users can act on into one line instead of a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (BackendError, CorpusError) as err:
+            console.print(f"[red]error:[/red] {err}", highlight=False)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            console.print("interrupted: everything committed before this point is kept")
+            sys.exit(130)
+
+
+@click.group(cls=QresGroup)
+@click.option(
+    "--index-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded index directory [default: $QRES_HOME/index or the user data dir].",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default=None,
+    help="Search backend [default: $QRES_BACKEND or embedded].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.version_option(package_name="qres")
+@click.pass_context
+def cli(ctx, index_dir, backend, as_json):
+    """qres finds the forum questions already asked that mean the same as a new one.
+
+    \b
+    Typical session:
+      qres index questions.tsv --model MODEL_DIR   # BM25 index + dense vectors
+      qres search "boot ubuntu from usb"           # BM25 candidates, dense rescoring
+      qres evaluate --dataset semeval2016 --split dev --ranker bm25
+    """
+    ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json)
+
+
+def json_option(command):
+    """``--json`` after the subcommand too (``qres search x --json``), as well as before it."""
+
+    def set_json(ctx, _param, value):
+        if value:
+            ctx.find_object(Context).as_json = True
+
+    return click.option(
+        "--json",
+        "as_json_here",
+        is_flag=True,
+        expose_value=False,
+        callback=set_json,
+        help="Machine-readable JSON output.",
+    )(command)
+
+
+def _progress() -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+# -- index --------------------------------------------------------------------------------
+
+
+@cli.command()
+@json_option
+@click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format [default: detect].")
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory from `qres export-onnx`: store each question's dense vector.",
+)
+@click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
+@click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")
+@click.option("--batch-size", default=256, show_default=True, help="Questions per write batch.")
+@click.option(
+    "--analyzer",
+    type=click.Choice(["english", "plain"]),
+    default="english",
+    show_default=True,
+    help="BM25 text analysis of a new index: stemmed with stop words removed, or plain words.",
+)
+@click.option("--title-boost", default=2.0, show_default=True, help="BM25 weight of the title.")
+@click.pass_obj
+def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analyzer, title_boost):
+    """Index the questions of CORPUS (re-running replaces questions by id).
+
+    \b
+    CORPUS is one of (plain or .gz):
+      askubuntu    id<TAB>title<TAB>body lines (text_tokenized.txt.gz)
+      tsv          a header naming id, title, body [, tags]
+      jsonl        {"id": ..., "title": ..., "body": ..., "tags": [...]}
+      semeval-xml  SemEval Task 3 XML (its related questions)
+      semeval-csv  SemEval-2016 subtask B train-part-1 CSV
+    A malformed record stops the run with file:line and the problem (--skip-bad
+    skips it). Progress is committed every 20,000 questions: after a crash or
+    Ctrl-C the index holds what was committed and a re-run completes it.
+
+    \b
+    Example:
+      qres index qres/data/demo/questions.tsv --model qres/models/default
+    """
+    from qres.indexing import index_questions
+
+    encoder = _load_encoder(model) if model else None
+    target = obj.index_dir
+    if rebuild and obj.open_backend_name() == "embedded":
+        target = obj.index_dir.with_name(obj.index_dir.name + ".rebuild")
+        shutil.rmtree(target, ignore_errors=True)
+    backend = obj.open(
+        create=True, index_dir=target, **_index_settings(obj, analyzer, title_boost, rebuild)
+    )
+    if encoder is None and backend.metadata().get("model_fingerprint") and backend.count() > 0:
+        raise BackendError(
+            "this index stores dense vectors: pass --model "
+            f"{backend.metadata().get('model_dir', 'MODEL_DIR')} (or --rebuild without vectors)"
+        )
+    stats = ReadStats()
+    questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
+    with backend, _progress() as progress:
+        task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
+        started = time.perf_counter()
+
+        def advance(n):
+            done = progress.tasks[task].completed + n
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=n, rate=f"{rate:,.0f} docs/s")
+
+        report = index_questions(
+            backend, questions, encoder=encoder, batch_size=batch_size, on_batch=advance
+        )
+        total = backend.count()
+    if target != obj.index_dir:
+        _swap_in(target, obj.index_dir)
+    summary = {
+        "corpus": str(corpus),
+        "indexed": report.indexed,
+        "duplicates_replaced": report.duplicates,
+        "skipped": stats.skipped,
+        "truncated": stats.truncated,
+        "seconds": round(report.seconds, 2),
+        "docs_per_second": round(report.docs_per_second, 1),
+        "index_size": total,
+        "vectors": encoder is not None,
+        "skipped_examples": stats.problems,
+    }
+    if obj.as_json:
+        obj.emit(summary)
+        return
+    console.print(
+        f"indexed {report.indexed:,} questions in {report.seconds:.1f}s "
+        f"({report.docs_per_second:,.0f}/s); {stats.skipped:,} skipped, "
+        f"{report.duplicates:,} duplicate ids (last kept), {stats.truncated:,} truncated; "
+        f"index now holds {total:,}" + (" with vectors" if encoder else "")
+    )
+    for problem in stats.problems:
+        console.print(f"  skipped: {problem}", highlight=False)
+
+
+def _swap_in(new: Path, live: Path) -> None:
+    old = live.with_name(live.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if live.exists():
+        os.replace(live, old)
+    os.replace(new, live)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _index_settings(obj: Context, analyzer: str, title_boost: float, rebuild: bool) -> dict:
+    """Settings of a new index; the embedded backend rebuilds by directory swap instead."""
+    if obj.open_backend_name() == "embedded":
+        return {"analyzer": analyzer, "title_boost": title_boost}
+    return {"title_boost": title_boost, "rebuild": rebuild}
+
+
+# -- search -------------------------------------------------------------------------------
+
+
+def _load_encoder(model_dir: Path):
+    from qres.encoder import Encoder
+
+    return Encoder.load(model_dir)
+
+
+def _pipeline_for(backend: Backend, model: Path | None, mode: str | None, candidates: int):
+    from qres.fusion import Fusion
+    from qres.search import SearchPipeline
+
+    meta = backend.metadata()
+    if model is None and mode != "bm25" and meta.get("model_dir"):
+        model = Path(meta["model_dir"])
+    if model is None:
+        if mode in ("dense", "hybrid"):
+            raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
+        return SearchPipeline(backend, candidates=candidates), "bm25"
+    encoder = _load_encoder(model)
+    return SearchPipeline(backend, encoder, Fusion.load(model), candidates), mode or "hybrid"
+
+
+@cli.command()
+@json_option
+@click.argument("text")
+@click.option("-k", "--k", default=10, show_default=True, help="How many results.")
+@click.option(
+    "--mode",
+    type=click.Choice(["bm25", "dense", "hybrid"]),
+    default=None,
+    help="bm25 alone, BM25 candidates re-ordered by cosine (dense), or by the fused score "
+    "(hybrid) [default: hybrid when the index has vectors, else bm25].",
+)
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory [default: the one the index was built with].",
+)
+@click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
+@click.option("--explain", is_flag=True, help="Show each result's BM25, cosine and fused score.")
+@click.pass_obj
+def search(obj: Context, text, k, mode, model, candidates, explain):
+    """Find the indexed questions most like TEXT.
+
+    TEXT is taken as plain words: quotes, field:value, AND/OR and wildcards are
+    searched as text, never as query syntax.
+
+    \b
+    Example:
+      qres search "boot ubuntu from usb" -k 5 --explain
+    """
+    with obj.open() as backend:
+        pipeline, mode = _pipeline_for(backend, model, mode, candidates)
+        started = time.perf_counter()
+        results = pipeline.search(text, k, mode)
+        latency_ms = (time.perf_counter() - started) * 1000
+        questions = backend.fetch([r.id for r in results])
+    if obj.as_json:
+        obj.emit(
+            {
+                "query": text,
+                "mode": mode,
+                "latency_ms": round(latency_ms, 2),
+                "results": [
+                    {"rank": i, **asdict(r), "title": getattr(questions.get(r.id), "title", "")}
+                    for i, r in enumerate(results, 1)
+                ],
+            }
+        )
+        return
+    if not results:
+        console.print("no results: the query has no searchable words, or nothing matched")
+        return
+    table = Table(title=f"{text!r} — {mode}, {latency_ms:.1f} ms", title_justify="left")
+    for column in ["rank", "id", "score"] + (["bm25", "cosine"] if explain else []) + ["title"]:
+        table.add_column(column, overflow="fold")
+    for i, r in enumerate(results, 1):
+        extra = [f"{r.bm25:.2f}", "-" if r.cosine is None else f"{r.cosine:.3f}"] if explain else []
+        title = getattr(questions.get(r.id), "title", "")
+        table.add_row(str(i), r.id, f"{r.score:.3f}", *extra, title)
+    stdout.print(table)
+
+
+# -- evaluate -----------------------------------------------------------------------------
+
+
+def _default_data_dir() -> Path:
+    shared = paths.repo_shared_data()
+    return shared if shared.exists() else paths.data_dir()
+
+
+@cli.command()
+@json_option
+@click.option("--dataset", type=click.Choice(["askubuntu", "semeval2016"]), required=True)
+@click.option(
+    "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
+)
+@click.option(
+    "--ranker",
+    "rankers",
+    multiple=True,
+    type=click.Choice(["given-order", "bm25", "dense", "hybrid"]),
+    help="Repeatable. given-order = the dataset's own order (AskUbuntu's Lucene BM25, SemEval's "
+    "search engine) [default: given and bm25, plus dense and hybrid with --model].",
+)
+@click.option("--model", type=click.Path(file_okay=False, path_type=Path), help="Model directory.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Holds askubuntu/ and semeval2016-task3/ [default: ../shared/data of a source "
+    "checkout, else the `qres download` dir].",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="AskUbuntu text_tokenized.txt(.gz): needed to rank AskUbuntu with qres itself.",
+)
+@click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
+@click.pass_obj
+def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per_query):
+    """Score rankers on a labelled benchmark: MAP, MRR, P@1, P@5 (percent).
+
+    \b
+    askubuntu    dev/test of Lei et al. 2016; queries without a similar question
+                 among their 20 candidates are left out, as in the paper.
+    semeval2016  SemEval-2016 Task 3 subtask B; MAP over each question's 10
+                 related questions, a question with none relevant scoring 0.
+    The qres rankers run the production search path restricted to each query's
+    candidates, over an evaluation index kept under $QRES_HOME/eval.
+
+    \b
+    Examples:
+      qres evaluate --dataset askubuntu --split test
+      qres evaluate --dataset semeval2016 --split dev --ranker given-order --ranker bm25
+      qres evaluate --dataset semeval2016 --model runs/gru/model
+    """
+    from qres import evaluate as ev
+    from qres.fusion import Fusion
+
+    data_dir = data_dir or _default_data_dir()
+    encoder = _load_encoder(model) if model else None
+    if not rankers:
+        rankers = ("given-order", "bm25") + (("dense", "hybrid") if encoder else ())
+    if any(r in ("dense", "hybrid") for r in rankers) and encoder is None:
+        raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
+    if dataset == "askubuntu" and split == "train":
+        raise click.BadParameter(
+            "AskUbuntu has no labelled train split to evaluate on", param_hint="--split"
+        )
+    evaluations = []
+    for ranker in rankers:
+        backend = None
+        if ranker != "given-order":
+            key = "bm25" if encoder is None else encoder.fingerprint[:16]
+            if corpus is not None:
+                key += "-" + hashlib.sha1(str(corpus.resolve()).encode()).hexdigest()[:8]
+            backend = obj.open(create=True, index_dir=paths.home() / "eval" / f"{dataset}-{key}")
+        fusion = Fusion.load(model) if model else None
+        with backend or _Nothing():
+            if dataset == "semeval2016":
+                evaluations.append(
+                    ev.evaluate_semeval(data_dir, split, ranker, backend, encoder, fusion)
+                )
+            else:
+                evaluations.append(
+                    ev.evaluate_askubuntu(data_dir, split, ranker, backend, encoder, fusion, corpus)
+                )
+    if obj.as_json:
+        obj.emit(
+            [asdict(e) if per_query else {**asdict(e), "per_query": None} for e in evaluations]
+        )
+        return
+    # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
+    decimals = 1 if dataset == "askubuntu" else 2
+    table = Table(title=f"{dataset} {split}", title_justify="left")
+    for column in ("ranker", "MAP", "MRR", "P@1", "P@5", "queries"):
+        table.add_column(column, justify="right" if column != "ranker" else "left")
+    for e in evaluations:
+        m = e.metrics
+        table.add_row(
+            e.ranker,
+            *(f"{m[c]:.{decimals}f}" for c in ("MAP", "MRR", "P@1", "P@5")),
+            str(m["queries"]),
+        )
+    stdout.print(table)
+    if per_query:
+        for e in evaluations:
+            detail = Table(title=f"{e.ranker}: per query", title_justify="left")
+            for column in ("query", "relevant", "AP", "RR", "P@1", "P@5"):
+                detail.add_column(column)
+            for row in e.per_query:
+                detail.add_row(
+                    *(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values())
+                )
+            stdout.print(detail)
+
+
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+# -- info ---------------------------------------------------------------------------------
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def info(obj: Context):
+    """Show the index (size, analyzer, model, vectors) and the runtime (ONNX providers)."""
+    import onnxruntime
+
+    details = {
+        "qres_home": str(paths.home()),
+        "backend": obj.open_backend_name(),
+        "index_dir": str(obj.index_dir),
+        "onnxruntime": onnxruntime.__version__,
+        "onnx_providers_available": onnxruntime.get_available_providers(),
+    }
+    try:
+        with obj.open() as backend:
+            details["questions"] = backend.count()
+            details["index_metadata"] = backend.metadata()
+            if hasattr(backend, "describe"):
+                details["connection"] = backend.describe()
+    except BackendError as err:
+        details["index"] = str(err)
+    if obj.as_json:
+        obj.emit(details)
+        return
+    table = Table(show_header=False)
+    for key, value in details.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+    stdout.print(table)
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in other modules (none of them imports torch at import time)."""
+    from qres.download import download_command
+
+    cli.add_command(download_command)
+    try:
+        from training.commands import export_onnx, train
+    except ImportError:  # an install without the training package
+        pass
+    else:
+        cli.add_command(train)
+        cli.add_command(export_onnx)
+
+
+def main() -> None:
+    _register_optional_commands()
+    cli()

@@ -1,0 +1,173 @@
+"""Labelled question-similarity sets: what ``qres evaluate`` scores and ``qres train`` learns.
+
+* SemEval-2016 Task 3 subtask B (Qatar Living): XML files (train part 2, dev, and the
+  StackExchange sample of 2017 in the same layout) and the train-part-1 CSV. Each original
+  question has 10 related questions; PerfectMatch and Relevant count as relevant.
+* AskUbuntu (Lei et al. 2016): ``dev.txt``/``test.txt`` — query id, similar ids, 20
+  candidate ids, Lucene BM25 scores — and ``train_random.txt`` — query id, similar ids,
+  random negative ids. Question texts live in the separate corpus file.
+* Android pairwise files (``dev.pos.txt``/``dev.neg.txt``): ``query_id candidate_id`` lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qres.corpus import CorpusError, Question, open_text
+
+SEMEVAL_RELEVANT = frozenset({"PerfectMatch", "Relevant"})
+
+
+@dataclass
+class RankingQuery:
+    """One query with its candidate list in the order the file gives."""
+
+    id: str
+    candidates: list[str]
+    relevant: frozenset[str]
+    given_scores: list[float] | None = None  # AskUbuntu's Lucene BM25 scores
+    question: Question | None = None  # the query's own text, where the file has it
+
+
+@dataclass
+class LabelledSet:
+    queries: list[RankingQuery]
+    questions: dict[str, Question] = field(default_factory=dict)  # candidate texts
+
+
+@dataclass
+class TrainQuery:
+    id: str
+    positives: list[str]
+    negatives: list[str]
+
+
+def load_semeval_xml(path: str | Path) -> LabelledSet:
+    """Original questions with their related questions ordered by RELQ_RANKING_ORDER."""
+    by_query: dict[str, RankingQuery] = {}
+    ranked: dict[str, list[tuple[int, str]]] = {}
+    questions: dict[str, Question] = {}
+    with open_text(path) as f:
+        try:
+            for _, elem in ET.iterparse(f, events=("end",)):
+                if elem.tag != "OrgQuestion":
+                    continue
+                qid = elem.get("ORGQ_ID", "")
+                if qid not in by_query:
+                    org = Question(
+                        qid, elem.findtext("OrgQSubject") or "", elem.findtext("OrgQBody") or ""
+                    )
+                    by_query[qid] = RankingQuery(qid, [], frozenset(), question=org)
+                    ranked[qid] = []
+                for rel in elem.iter("RelQuestion"):
+                    rid = rel.get("RELQ_ID", "")
+                    tags = rel.get("RELQ_TAGS") or rel.get("RELQ_CATEGORY") or ""
+                    questions[rid] = Question(
+                        rid,
+                        rel.findtext("RelQSubject") or "",
+                        rel.findtext("RelQBody") or "",
+                        tuple(t.strip() for t in tags.split(",") if t.strip()),
+                    )
+                    order = int(rel.get("RELQ_RANKING_ORDER", len(ranked[qid])))
+                    ranked[qid].append((order, rid))
+                    if rel.get("RELQ_RELEVANCE2ORGQ") in SEMEVAL_RELEVANT:
+                        query = by_query[qid]
+                        query.relevant = query.relevant | {rid}
+                elem.clear()
+        except ET.ParseError as err:
+            raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
+    for qid, query in by_query.items():
+        query.candidates = [rid for _, rid in sorted(ranked[qid])]
+    return LabelledSet(list(by_query.values()), questions)
+
+
+def load_semeval_csv(path: str | Path) -> LabelledSet:
+    """The train-part-1 CSV: question1 with its question2 candidates and 0/1 relevance."""
+    by_query: dict[str, RankingQuery] = {}
+    questions: dict[str, Question] = {}
+    with open_text(path) as f:
+        rows = csv.DictReader(f)
+        need = {"question1_id", "question2_id", "question1", "question2", "relevance"}
+        if not rows.fieldnames or not need <= set(rows.fieldnames):
+            raise CorpusError(path, 1, f"expected CSV columns {', '.join(sorted(need))}")
+        for row in rows:
+            qid, rid = row["question1_id"].strip(), row["question2_id"].strip()
+            if row["relevance"] not in ("0", "1"):
+                raise CorpusError(
+                    path, rows.line_num, f"relevance must be 0 or 1, got {row['relevance']!r}"
+                )
+            if qid not in by_query:
+                title, _, body = row["question1"].partition(". ")
+                by_query[qid] = RankingQuery(
+                    qid, [], frozenset(), question=Question(qid, title, body)
+                )
+            title, _, body = row["question2"].partition(". ")
+            questions[rid] = Question(rid, title, body)
+            query = by_query[qid]
+            query.candidates.append(rid)
+            if row["relevance"] == "1":
+                query.relevant = query.relevant | {rid}
+    return LabelledSet(list(by_query.values()), questions)
+
+
+def _id_list(field_text: str) -> list[str]:
+    return field_text.split()
+
+
+def load_askubuntu_eval(path: str | Path) -> list[RankingQuery]:
+    """dev.txt / test.txt: ``qid<TAB>similar ids<TAB>20 candidate ids<TAB>BM25 scores``."""
+    queries = []
+    with open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\r\n").split("\t")
+            if len(parts) != 4:
+                raise CorpusError(path, n, f"expected 4 tab-separated fields, found {len(parts)}")
+            qid, similar, candidates, scores = parts
+            candidates_list = _id_list(candidates)
+            try:
+                score_list = [float(s) for s in scores.split()]
+            except ValueError:
+                raise CorpusError(path, n, "BM25 scores must be numbers") from None
+            if len(score_list) != len(candidates_list):
+                raise CorpusError(
+                    path, n, f"{len(candidates_list)} candidates but {len(score_list)} scores"
+                )
+            queries.append(
+                RankingQuery(qid.strip(), candidates_list, frozenset(_id_list(similar)), score_list)
+            )
+    return queries
+
+
+def read_askubuntu_train(path: str | Path) -> Iterator[TrainQuery]:
+    """train_random.txt: ``qid<TAB>similar ids<TAB>random negative ids``."""
+    with open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\r\n").split("\t")
+            if len(parts) != 3:
+                raise CorpusError(path, n, f"expected 3 tab-separated fields, found {len(parts)}")
+            yield TrainQuery(parts[0].strip(), _id_list(parts[1]), _id_list(parts[2]))
+
+
+def load_pairwise(pos_path: str | Path, neg_path: str | Path) -> dict[str, dict[str, int]]:
+    """Android-style ``query_id candidate_id`` pair files → {query: {candidate: 1 or 0}}."""
+    labels: dict[str, dict[str, int]] = {}
+    for path, label in ((pos_path, 1), (neg_path, 0)):
+        with open_text(path) as f:
+            for n, line in enumerate(f, 1):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) != 2:
+                    raise CorpusError(
+                        path, n, f"expected 'query_id candidate_id', found {line.strip()!r}"
+                    )
+                labels.setdefault(parts[0], {})[parts[1]] = label
+    return labels

@@ -1,0 +1,91 @@
+"""The indexing pipeline: read → (encode in batches) → upsert → commit every N questions.
+
+Each batch is upserted by id, so re-running over the same corpus replaces rather than
+duplicates; commits every ``commit_every`` questions bound what an interruption can lose
+(the next run re-writes it). A question id seen twice in one run keeps its last version.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+
+from qres.backends.base import Backend, BackendError
+from qres.corpus import Question
+
+
+@dataclass
+class IndexReport:
+    indexed: int = 0
+    duplicates: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def docs_per_second(self) -> float:
+        return self.indexed / self.seconds if self.seconds else 0.0
+
+
+def _batches(items: Iterable[Question], size: int) -> Iterator[list[Question]]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def index_questions(
+    backend: Backend,
+    questions: Iterable[Question],
+    encoder=None,
+    batch_size: int = 256,
+    commit_every: int = 20_000,
+    on_batch: Callable[[int], None] | None = None,
+) -> IndexReport:
+    """Upsert ``questions`` into ``backend``; with ``encoder`` (a :class:`qres.encoder.Encoder`)
+    each question's vector is stored too. ``on_batch(n)`` is called after each batch."""
+    if encoder is not None:
+        _record_model(backend, encoder)
+    report = IndexReport()
+    seen: set[str] = set()
+    start = time.perf_counter()
+    since_commit = 0
+    try:
+        for batch in _batches(questions, batch_size):
+            for q in batch:
+                if q.id in seen:
+                    report.duplicates += 1
+                seen.add(q.id)
+            vectors = encoder.encode_questions(batch) if encoder is not None else None
+            backend.upsert(batch, vectors)
+            report.indexed += len(batch)
+            since_commit += len(batch)
+            if since_commit >= commit_every:
+                backend.commit()
+                since_commit = 0
+            if on_batch:
+                on_batch(len(batch))
+    finally:
+        # Whatever was read before an error or Ctrl-C is kept; the error still propagates.
+        backend.commit()
+    report.indexed -= report.duplicates
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _record_model(backend: Backend, encoder) -> None:
+    """Refuse to mix vectors of two models in one index; record the model otherwise."""
+    meta = backend.metadata()
+    held = meta.get("model_fingerprint")
+    if held not in (None, encoder.fingerprint) and backend.count() > 0:
+        raise BackendError(
+            f"this index holds vectors of model {held[:12]}, not {encoder.fingerprint[:12]}: "
+            "re-index everything with `qres index CORPUS --model MODEL_DIR --rebuild`"
+        )
+    backend.set_metadata(
+        {
+            "model_fingerprint": encoder.fingerprint,
+            "vector_dim": encoder.dim,
+            "model_dir": str(encoder.path),
+        }
+    )

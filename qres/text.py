@@ -1,0 +1,79 @@
+"""The one text normaliser and tokeniser of qres.
+
+Training, indexing, search and ONNX export all call these functions, so a question is
+split into the same tokens wherever it is seen. Two views of the same tokens exist:
+
+* ``tokenize`` — what the neural encoders read: lower-cased words and punctuation marks,
+  the same shape as the AskUbuntu ``text_tokenized`` corpus (re-tokenising already
+  tokenised text is the identity).
+* ``bm25_terms`` — what the BM25 index stores and the query is matched against: the word
+  tokens of ``tokenize``, split at hyphens and apostrophes, English stop words removed and
+  Snowball (Porter2) stemmed, close to Lucene's English analyzer.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from functools import lru_cache
+
+import Stemmer
+
+# Papers truncate bodies to 100 words for the encoders (Lei et al. 2016).
+BODY_MAX_TOKENS = 100
+TITLE_MAX_TOKENS = 40
+
+_TOKEN = re.compile(r"\w+(?:['’.\-]\w+)*|[^\w\s]")
+_WORD_PARTS = re.compile(r"['’\-]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+# Lucene's English stop-word set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET).
+STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the "
+    "their then there these they this to was will with".split()
+)
+
+_stemmer = Stemmer.Stemmer("english")
+
+
+def normalize(text: str) -> str:
+    """Unicode-normalise, unescape HTML entities, drop control characters, lower-case."""
+    text = html.unescape(text)
+    text = unicodedata.normalize("NFKC", text)
+    text = _CONTROL.sub(" ", text)
+    return text.lower()
+
+
+def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
+    """Encoder tokens of ``text``: words (keeping inner ``-``, ``'`` and ``.``) and punctuation."""
+    tokens = _TOKEN.findall(normalize(text))
+    return tokens if max_tokens is None else tokens[:max_tokens]
+
+
+@lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
+    return _stemmer.stemWord(word)
+
+
+def bm25_terms(text: str, language: str | None = "english") -> list[str]:
+    """Index/query terms of ``text`` for BM25: word parts, stop words removed, stemmed.
+
+    ``language=None`` keeps every word part unstemmed (the "plain" analyzer).
+    """
+    if language is None:
+        return [
+            p
+            for t in tokenize(text)
+            if t[0].isalnum() or t[0] == "_"
+            for p in _WORD_PARTS.split(t)
+            if p
+        ]
+    terms = []
+    for token in tokenize(text):
+        if not token[0].isalnum() and token[0] != "_":
+            continue  # punctuation carries no BM25 signal
+        for part in _WORD_PARTS.split(token):
+            if part and part != "s" and part not in STOP_WORDS:
+                terms.append(_stem(part))
+    return terms

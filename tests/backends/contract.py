@@ -1,0 +1,184 @@
+"""The backend contract: behaviour every backend must show, written against the interface.
+
+Each backend's test module subclasses :class:`BackendContract` and provides a ``make_backend``
+fixture: a callable returning a fresh, empty backend (called again with the same name, it
+must reopen the same index, as a second process would).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qres.corpus import Question
+
+QUESTIONS = [
+    Question(
+        "u1",
+        "How do I boot Ubuntu from a USB stick?",
+        "My laptop ignores the pendrive.",
+        ("boot", "usb"),
+    ),
+    Question(
+        "u2",
+        "Wifi drops every few minutes",
+        "Intel card on 22.04, reconnects by itself.",
+        ("wifi",),
+    ),
+    Question("u3", "Install Ubuntu alongside Windows", "How do I dual boot without losing data?"),
+    Question("u4", "Sound stops after suspend", "No audio until I reboot."),
+    Question(
+        "u5", "Create a bootable USB on Windows", "Which tool writes the ISO to a flash drive?"
+    ),
+]
+
+
+def vectors_for(n: int, dim: int = 4, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+class BackendContract:
+    @pytest.fixture
+    def backend(self, make_backend):
+        b = make_backend("contract")
+        yield b
+        b.close()
+
+    def fill(self, backend, questions=QUESTIONS, vectors=None):
+        backend.upsert(questions, vectors)
+        backend.commit()
+
+    def test_empty_index_counts_zero_and_finds_nothing(self, backend):
+        assert backend.count() == 0
+        assert backend.search("ubuntu", 10) == []
+
+    def test_upsert_then_search_ranks_matching_questions(self, backend):
+        self.fill(backend)
+        assert backend.count() == 5
+        hits = backend.search("boot ubuntu usb", 10)
+        assert hits[0].id == "u1"
+        assert {h.id for h in hits} >= {"u1", "u3", "u5"}
+        assert "u4" not in {h.id for h in hits}
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True) and scores[-1] > 0
+
+    def test_stemming_matches_inflections(self, backend):
+        self.fill(backend)
+        assert "u1" in {h.id for h in backend.search("booting", 5)}
+
+    def test_title_is_boosted_over_body(self, backend):
+        self.fill(
+            backend,
+            [Question("t", "pendrive", "other words"), Question("b", "other words", "pendrive")],
+        )
+        assert [h.id for h in backend.search("pendrive", 2)] == ["t", "b"]
+
+    def test_k_limits_results(self, backend):
+        self.fill(backend)
+        assert len(backend.search("ubuntu usb boot windows", 2)) == 2
+
+    def test_upsert_same_id_replaces(self, backend):
+        self.fill(backend)
+        self.fill(backend, [Question("u4", "Printer not found", "CUPS cannot see it.")])
+        assert backend.count() == 5
+        assert backend.search("sound suspend", 5) == []
+        assert backend.fetch(["u4"])["u4"].title == "Printer not found"
+
+    def test_duplicate_ids_in_one_batch_keep_the_last(self, backend):
+        self.fill(backend, [Question("d", "first", "x"), Question("d", "second", "y")])
+        assert backend.count() == 1
+        assert backend.fetch(["d"])["d"].title == "second"
+
+    def test_delete(self, backend):
+        self.fill(backend)
+        backend.delete(["u1", "missing"])
+        backend.commit()
+        assert backend.count() == 4
+        assert "u1" not in {h.id for h in backend.search("usb", 10)}
+        assert backend.fetch(["u1"]) == {}
+
+    def test_fetch_returns_stored_fields(self, backend):
+        self.fill(backend)
+        got = backend.fetch(["u1", "u2", "nope"])
+        assert set(got) == {"u1", "u2"}
+        assert got["u1"] == QUESTIONS[0]
+        assert got["u2"].tags == ("wifi",)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "title:usb",
+            '"usb',
+            "usb AND NOT boot",
+            "usb*",
+            "((usb",
+            "usb)",
+            "title:(usb OR x)",
+            "usb^10",
+            "u?b",
+            "[usb TO z]",
+            "-usb +boot",
+            "usb~2",
+            "\\",
+            "{}",
+            "usb " * 2500,
+        ],
+    )
+    def test_query_syntax_is_plain_text(self, backend, text):
+        self.fill(backend)
+        hits = backend.search(text, 10)  # never raises
+        assert all(h.id in {q.id for q in QUESTIONS} for h in hits)
+        if "usb" in text:
+            assert hits and hits[0].id in {"u1", "u5"}
+
+    def test_field_syntax_does_not_restrict_to_a_field(self, backend):
+        self.fill(backend, [Question("a", "cats", "pendrive"), Question("b", "dogs", "nothing")])
+        # As plain words "title:pendrive" is the terms title + pendrive: it finds the body match.
+        assert [h.id for h in backend.search("title:pendrive", 5)] == ["a"]
+
+    def test_stop_words_only_query_finds_nothing(self, backend):
+        self.fill(backend)
+        assert backend.search("the of and", 5) == []
+        assert backend.search("", 5) == []
+
+    def test_only_ids_restricts_and_scores_non_matching_zero(self, backend):
+        self.fill(backend)
+        hits = backend.search("usb boot", 10, only_ids=["u1", "u4", "zz"])
+        assert [h.id for h in hits] == ["u1", "u4"]
+        assert hits[1].score == 0
+
+    def test_uncommitted_writes_are_invisible_to_another_reader(self, backend, make_backend):
+        self.fill(backend)
+        backend.upsert([Question("new", "brand new usb question", "")])
+        reader = make_backend("contract", reopen=True)
+        try:
+            assert reader.count() == 5
+            assert "new" not in {h.id for h in reader.search("usb", 10)}
+        finally:
+            reader.close()
+
+    def test_vectors_round_trip_and_follow_replacement(self, backend):
+        vectors = vectors_for(5)
+        self.fill(backend, vectors=vectors)
+        got, has = backend.vectors(["u3", "u1", "nope"])
+        assert has.tolist() == [True, True, False]
+        np.testing.assert_allclose(got[:2], vectors[[2, 0]], atol=1e-3)  # float16 storage
+        assert not got[2].any()
+        new = vectors_for(1, seed=9)
+        self.fill(backend, [QUESTIONS[2]], new)
+        got, _ = backend.vectors(["u3"])
+        np.testing.assert_allclose(got[0], new[0], atol=1e-3)
+
+    def test_questions_without_vectors_are_flagged(self, backend):
+        self.fill(backend)
+        _, has = backend.vectors(["u1"])
+        assert has.tolist() == [False]
+
+    def test_metadata_is_durable(self, backend, make_backend):
+        backend.set_metadata({"model_fingerprint": "abc", "vector_dim": 4})
+        reader = make_backend("contract", reopen=True)
+        try:
+            assert reader.metadata()["model_fingerprint"] == "abc"
+        finally:
+            reader.close()

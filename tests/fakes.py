@@ -1,0 +1,34 @@
+"""A deterministic stand-in for qres.encoder.Encoder, for tests of the query path.
+
+It maps each question to a fixed unit vector by a word → direction table, so a test can
+state which questions a query is "semantically" close to, independent of word overlap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qres.text import tokenize
+
+
+class TableEncoder:
+    def __init__(self, directions: dict[str, int], dim: int = 4, fingerprint: str = "fake-model"):
+        self.directions, self.dim, self.fingerprint = directions, dim, fingerprint
+        self.path = Path("/nonexistent/fake-model")
+        self.calls = 0
+
+    def _vector(self, text: str) -> np.ndarray:
+        v = np.full(self.dim, 1e-3, np.float32)
+        for token in tokenize(text):
+            if token in self.directions:
+                v[self.directions[token]] += 1.0
+        return v / np.linalg.norm(v)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        self.calls += 1
+        return self._vector(text)
+
+    def encode_questions(self, questions) -> np.ndarray:
+        return np.stack([self._vector(f"{q.title} {q.body}") for q in questions])

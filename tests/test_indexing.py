@@ -1,0 +1,47 @@
+import pytest
+
+from qres.backends.embedded import EmbeddedBackend
+from qres.corpus import CorpusError, Question, read_corpus
+from qres.indexing import index_questions
+
+
+def write_tsv(path, rows):
+    path.write_text("id\ttitle\tbody\n" + "".join(f"{i}\t{t}\t{b}\n" for i, t, b in rows))
+
+
+def test_reindexing_is_idempotent(tmp_path):
+    corpus = tmp_path / "c.tsv"
+    write_tsv(corpus, [(f"q{i}", f"title {i}", "body words") for i in range(30)])
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    for _ in range(2):
+        report = index_questions(b, read_corpus(corpus), batch_size=7)
+        assert report.indexed == 30
+    assert b.count() == 30
+    b.close()
+
+
+def test_duplicate_ids_are_counted_and_the_last_wins(tmp_path):
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    qs = [Question("a", "old", ""), Question("b", "x", ""), Question("a", "new", "")]
+    report = index_questions(b, qs, batch_size=2)
+    assert (report.indexed, report.duplicates) == (2, 1)
+    assert b.fetch(["a"])["a"].title == "new"
+    b.close()
+
+
+def test_bad_line_keeps_what_came_before_and_rerun_completes(tmp_path):
+    corpus = tmp_path / "c.tsv"
+    rows = [(f"q{i}", f"title {i}", "body") for i in range(10)]
+    corpus.write_text(
+        "id\ttitle\tbody\n"
+        + "".join(f"{i}\t{t}\t{b}\n" for i, t, b in rows[:6])
+        + "broken line without tabs\n"
+        + "".join(f"{i}\t{t}\t{b}\n" for i, t, b in rows[6:])
+    )
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    with pytest.raises(CorpusError, match=r"c\.tsv:8: expected 3"):
+        index_questions(b, read_corpus(corpus), batch_size=4)
+    assert b.count() == 4  # the full batch read before the bad line was committed
+    index_questions(b, read_corpus(corpus, skip_bad=True), batch_size=4)
+    assert b.count() == 10
+    b.close()

@@ -1,0 +1,105 @@
+import numpy as np
+import pytest
+
+from qres.backends.base import BackendError
+from qres.backends.embedded import EmbeddedBackend
+from qres.corpus import Question
+from qres.fusion import Fusion, tune_fusion
+from qres.indexing import index_questions
+from qres.search import SearchPipeline
+
+from .fakes import TableEncoder
+
+# "pendrive" and "usb" point the same way for the fake encoder; "printer" elsewhere.
+ENCODER = TableEncoder({"usb": 0, "pendrive": 0, "stick": 0, "printer": 1, "cups": 1, "wifi": 2})
+CORPUS = [
+    # Shares the query's words but means something else: BM25 puts it first.
+    Question("printer", "install printer driver ubuntu", "install ubuntu printer cups driver"),
+    # Means the same with other words: only the dense side sees it.
+    Question("pendrive", "install ubuntu from pendrive", "make a bootable pendrive"),
+    Question("wifi", "wifi keeps dropping", "ubuntu wifi"),
+]
+
+
+@pytest.fixture
+def backend(tmp_path):
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    index_questions(b, CORPUS, encoder=ENCODER)
+    yield b
+    b.close()
+
+
+def test_bm25_mode_is_the_first_stage(backend):
+    results = SearchPipeline(backend).search("install ubuntu driver usb", 3, "bm25")
+    assert results[0].id == "printer"
+    assert all(r.cosine is None for r in results)
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_dense_similarity_overturns_bm25_order(backend, mode):
+    bm25 = SearchPipeline(backend).search("install ubuntu usb", 3, "bm25")
+    assert [r.id for r in bm25][:2] == ["printer", "pendrive"]
+    results = SearchPipeline(backend, ENCODER).search("install ubuntu usb", 3, mode)
+    assert results[0].id == "pendrive"
+    by_id = {r.id: r for r in results}
+    assert by_id["pendrive"].cosine > by_id["printer"].cosine
+    assert by_id["pendrive"].bm25 < by_id["printer"].bm25
+
+
+def test_hybrid_score_is_the_fusion_of_its_parts(backend):
+    fusion = Fusion(bm25=0.3, cosine=2.0, bias=0.1)
+    results = SearchPipeline(backend, ENCODER, fusion).search("install ubuntu usb", 3, "hybrid")
+    top_bm25 = max(r.bm25 for r in results)
+    for r in results:
+        assert r.score == pytest.approx(0.3 * r.bm25 / top_bm25 + 2.0 * r.cosine + 0.1, rel=1e-5)
+
+
+def test_query_is_encoded_once(backend):
+    encoder = TableEncoder(ENCODER.directions)
+    pipeline = SearchPipeline(backend, encoder)
+    pipeline.search("install ubuntu usb", 3, "hybrid")
+    assert encoder.calls == 1
+
+
+def test_candidates_without_vectors_follow_in_bm25_order(backend):
+    backend.upsert([Question("novec", "install ubuntu usb usb", "")])  # no vector
+    backend.commit()
+    results = SearchPipeline(backend, ENCODER).search("install ubuntu usb", 5, "hybrid")
+    assert results[-1].id == "novec" and results[-1].cosine is None
+    assert results[0].id == "pendrive"
+
+
+def test_model_index_mismatch_is_a_clear_error(backend):
+    other = TableEncoder(ENCODER.directions, fingerprint="another-model")
+    with pytest.raises(BackendError, match="re-index"):
+        SearchPipeline(backend, other)
+
+
+def test_index_without_vectors_says_how_to_add_them(tmp_path):
+    b = EmbeddedBackend(tmp_path / "plain", create=True)
+    index_questions(b, CORPUS)
+    with pytest.raises(BackendError, match="--model"):
+        SearchPipeline(b, ENCODER)
+
+
+def test_reindexing_with_another_model_is_refused(backend):
+    other = TableEncoder(ENCODER.directions, fingerprint="another-model")
+    with pytest.raises(BackendError, match="--rebuild"):
+        index_questions(backend, CORPUS, encoder=other)
+
+
+@pytest.mark.parametrize("query", ["", "the of and", "zzqx unknownword"])
+def test_queries_without_matches_return_nothing(backend, query):
+    assert SearchPipeline(backend, ENCODER).search(query, 5, "hybrid") == []
+
+
+def test_tune_fusion_learns_to_trust_the_informative_signal():
+    rng = np.random.default_rng(0)
+    lists = []
+    for _ in range(50):
+        labels = rng.integers(0, 2, 10)
+        cosine = labels * 0.6 + rng.normal(0, 0.1, 10)  # informative
+        bm25 = rng.uniform(1, 10, 10)  # noise
+        lists.append((bm25, cosine, labels))
+    fusion = tune_fusion(lists, source="synthetic")
+    assert fusion.cosine > 5 * abs(fusion.bm25)
