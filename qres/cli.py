@@ -28,7 +28,7 @@ from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend, BackendError
 from qres.corpus import FORMATS, CorpusError, ReadStats, read_corpus
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 stdout = Console()
 
 
@@ -53,7 +53,7 @@ class QresGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (BackendError, CorpusError) as err:
-            console.print(f"[red]error:[/red] {err}", highlight=False)
+            click.echo(f"error: {err}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             console.print("interrupted: everything committed before this point is kept")

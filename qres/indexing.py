@@ -8,12 +8,11 @@ duplicates; commits every ``commit_every`` questions bound what an interruption 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import islice
 
 from qres.backends.base import Backend, BackendError
-from qres.corpus import Question
+from qres.corpus import CorpusError, Question
 
 
 @dataclass
@@ -26,12 +25,6 @@ class IndexReport:
     @property
     def docs_per_second(self) -> float:
         return self.indexed / self.seconds if self.seconds else 0.0
-
-
-def _batches(items: Iterable[Question], size: int) -> Iterator[list[Question]]:
-    it = iter(items)
-    while batch := list(islice(it, size)):
-        yield batch
 
 
 def index_questions(
@@ -49,24 +42,38 @@ def index_questions(
     report = IndexReport()
     seen: set[str] = set()
     start = time.perf_counter()
+    pending: list[Question] = []
     since_commit = 0
+
+    def flush() -> None:
+        nonlocal since_commit
+        for q in pending:
+            if q.id in seen:
+                report.duplicates += 1
+            seen.add(q.id)
+        vectors = encoder.encode_questions(pending) if encoder is not None else None
+        backend.upsert(pending, vectors)
+        report.indexed += len(pending)
+        since_commit += len(pending)
+        if since_commit >= commit_every:
+            backend.commit()
+            since_commit = 0
+        if on_batch:
+            on_batch(len(pending))
+        pending.clear()
+
     try:
-        for batch in _batches(questions, batch_size):
-            for q in batch:
-                if q.id in seen:
-                    report.duplicates += 1
-                seen.add(q.id)
-            vectors = encoder.encode_questions(batch) if encoder is not None else None
-            backend.upsert(batch, vectors)
-            report.indexed += len(batch)
-            since_commit += len(batch)
-            if since_commit >= commit_every:
-                backend.commit()
-                since_commit = 0
-            if on_batch:
-                on_batch(len(batch))
+        for question in questions:
+            pending.append(question)
+            if len(pending) >= batch_size:
+                flush()
+    except (CorpusError, KeyboardInterrupt):
+        # Keep every good question read before the bad record or the interrupt.
+        flush()
+        raise
+    else:
+        flush()
     finally:
-        # Whatever was read before an error or Ctrl-C is kept; the error still propagates.
         backend.commit()
     report.indexed -= report.duplicates
     report.seconds = time.perf_counter() - start

@@ -41,7 +41,7 @@ def test_bad_line_keeps_what_came_before_and_rerun_completes(tmp_path):
     b = EmbeddedBackend(tmp_path / "ix", create=True)
     with pytest.raises(CorpusError, match=r"c\.tsv:8: expected 3"):
         index_questions(b, read_corpus(corpus), batch_size=4)
-    assert b.count() == 4  # the full batch read before the bad line was committed
+    assert b.count() == 6  # every good question before the bad line was kept
     index_questions(b, read_corpus(corpus, skip_bad=True), batch_size=4)
     assert b.count() == 10
     b.close()
