@@ -432,6 +432,48 @@ def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per
             stdout.print(detail)
 
 
+@cli.command("tune-fusion")
+@json_option
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Model directory: fusion.json is written into it.",
+)
+@click.option("--split", type=click.Choice(["train", "dev"]), default="train", show_default=True)
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
+@click.pass_obj
+def tune_fusion_command(obj: Context, model, split, data_dir):
+    """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
+
+    Fits a logistic regression of relevance on (BM25 / top BM25 of the query, cosine)
+    over the SemEval-2016 candidates of SPLIT (train by default, so dev stays an honest
+    test) and saves the weights as MODEL/fusion.json, which search and evaluate use.
+
+    \b
+    Example:
+      qres tune-fusion --model runs/gru/model
+      qres evaluate --dataset semeval2016 --model runs/gru/model
+    """
+    from qres import evaluate as ev
+    from qres.fusion import tune_fusion
+
+    encoder = _load_encoder(model)
+    data_dir = data_dir or _default_data_dir()
+    index_dir = paths.home() / "eval" / f"semeval2016-{encoder.fingerprint[:16]}"
+    with obj.open(create=True, index_dir=index_dir) as backend:
+        lists = ev.candidate_scores(data_dir, split, backend, encoder)
+    fusion = tune_fusion(lists, source=f"semeval2016 {split}, logistic regression")
+    fusion.save(model / "fusion.json")
+    if obj.as_json:
+        obj.emit(asdict(fusion))
+    else:
+        console.print(
+            f"fusion = {fusion.bm25:.3f} * bm25/top + {fusion.cosine:.3f} * cosine "
+            f"+ {fusion.bias:.3f}  (saved to {model / 'fusion.json'})"
+        )
+
+
 class _Nothing:
     def __enter__(self):
         return None
@@ -463,6 +505,16 @@ def info(obj: Context):
             details["index_metadata"] = backend.metadata()
             if hasattr(backend, "describe"):
                 details["connection"] = backend.describe()
+            model_dir = backend.metadata().get("model_dir")
+            if model_dir:
+                encoder = _load_encoder(Path(model_dir))
+                details["model"] = {
+                    "dir": model_dir,
+                    "architecture": encoder.card.get("architecture"),
+                    "dim": encoder.dim,
+                    "fingerprint": encoder.fingerprint,
+                    "execution_providers": encoder.providers,
+                }
     except BackendError as err:
         details["index"] = str(err)
     if obj.as_json:

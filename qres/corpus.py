@@ -29,6 +29,7 @@ from pathlib import Path
 # A forum question is a few KB at most; anything longer is cut so one pathological line
 # cannot blow up memory or the index.
 MAX_FIELD_CHARS = 20_000
+csv.field_size_limit(2**31 - 1)  # long fields are cut by _clean, not refused by the csv module
 
 FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv")
 
@@ -69,7 +70,9 @@ def open_text(path: str | Path) -> io.TextIOBase:
     if not path.exists():
         raise CorpusError(path, None, "file not found")
     raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+    # utf-8-sig drops the byte-order mark spreadsheet tools write; lines end at \n only, so
+    # a stray \r inside a field neither splits a record nor shifts reported line numbers.
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="\n")
 
 
 def detect_format(path: str | Path) -> str:
@@ -199,8 +202,8 @@ def _read_jsonl(path: Path):
             if not isinstance(obj, dict):
                 yield n, "expected a JSON object"
                 continue
-            if "id" not in obj:
-                yield n, "missing key 'id'"
+            if obj.get("id") is None:
+                yield n, "missing key 'id'" if "id" not in obj else "'id' is null"
                 continue
             title, body = obj.get("title") or "", obj.get("body") or ""
             if not isinstance(title, str) or not isinstance(body, str):
@@ -220,6 +223,8 @@ def _read_semeval_xml(path: Path):
     with open_text(path) as f:
         try:
             for _, elem in ET.iterparse(f, events=("end",)):
+                if elem.tag == "OrgQuestion":
+                    elem.clear()  # its threads and comments are done with
                 if elem.tag != "RelQuestion":
                     continue
                 qid = elem.get("RELQ_ID", "")
@@ -255,7 +260,9 @@ def _read_semeval_csv(path: Path):
         seen: set[str] = set()
         for row in rows:
             qid = row["question2_id"]
-            if qid and qid not in seen:
+            if not qid:
+                yield rows.line_num, "empty question2_id"
+            elif qid not in seen:
                 seen.add(qid)
                 title, _, body = (row["question2"] or "").partition(". ")
                 yield rows.line_num, Question(qid.strip(), title, body)

@@ -197,3 +197,26 @@ def evaluate_askubuntu(
 def _pipeline(backend, encoder, fusion) -> SearchPipeline:
     kwargs = {"fusion": fusion} if fusion is not None else {}
     return SearchPipeline(backend, encoder, **kwargs)
+
+
+def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):
+    """(BM25, cosine, label) arrays of every SemEval ``split`` query's candidates, scored by
+    the production pipeline: what :func:`qres.fusion.tune_fusion` learns from."""
+    import numpy as np
+
+    labelled = load_semeval(data_dir, split)
+    ensure_index(backend, lambda: semeval_questions(data_dir), encoder)
+    pipeline = SearchPipeline(backend, encoder)
+    lists = []
+    for q in labelled.queries:
+        vector = encoder.encode_questions([q.question])[0]
+        results = pipeline.search(q.question.text, len(q.candidates), "dense", q.candidates, vector)
+        results = [r for r in results if r.cosine is not None]
+        lists.append(
+            (
+                np.array([r.bm25 for r in results]),
+                np.array([r.cosine for r in results]),
+                np.array([r.id in q.relevant for r in results], dtype=int),
+            )
+        )
+    return lists

@@ -80,6 +80,7 @@ class EmbeddedBackend(Backend):
         self._writer = None
         self._vector_file = None
         self._vectors: np.ndarray | None = None  # read-only memory map, reopened as it grows
+        self._slot_of: dict[str, int] = {}
 
     def _init_dir(self, settings: dict) -> None:
         analyzer = settings.get("analyzer", "english")
@@ -165,6 +166,7 @@ class EmbeddedBackend(Backend):
             self._writer.wait_merging_threads()
             self._writer = None
         self._index.reload()
+        self._slot_of.clear()
 
     def rollback(self) -> None:
         """Drop everything written since the last commit."""
@@ -199,7 +201,15 @@ class EmbeddedBackend(Backend):
             return []
         searcher = self._index.searcher()
         result = searcher.search(query, k, count=False)
-        return [Hit(searcher.doc(addr)["id"][0], score) for score, addr in result.hits]
+        addresses = [addr for _, addr in result.hits]
+        ids = [searcher.doc(addr)["id"][0] for addr in addresses]
+        # Remember the hits' vector slots (a fast-field read) so the rescoring step that
+        # follows a search needs no second lookup. Slots are append-only, so a remembered
+        # slot always holds the vector its document had in this searcher's snapshot.
+        if len(self._slot_of) > 100_000:
+            self._slot_of.clear()
+        self._slot_of.update(zip(ids, searcher.fast_field_values("slot", addresses), strict=True))
+        return [Hit(qid, score) for qid, (score, _) in zip(ids, result.hits, strict=True)]
 
     def _docs(self, ids: Sequence[str]) -> dict[str, dict]:
         if not ids:
@@ -237,8 +247,11 @@ class EmbeddedBackend(Backend):
         dim = self._meta.get("vector_dim")
         if dim is None:
             return np.zeros((len(ids), 0), np.float32), np.zeros(len(ids), bool)
-        docs = self._docs(ids)
-        slots = np.array([docs[q]["slot"][0] if q in docs else -1 for q in ids], np.int64)
+        unknown = [q for q in ids if q not in self._slot_of]
+        if unknown:
+            docs = self._docs(unknown)
+            self._slot_of.update({q: doc["slot"][0] for q, doc in docs.items()})
+        slots = np.array([self._slot_of.get(q, -1) for q in ids], np.int64)
         store = self._vector_rows(int(slots.max(initial=-1)) + 1)
         have = (slots >= 0) & (slots < len(store))
         out = np.zeros((len(ids), dim), np.float32)
