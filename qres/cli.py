@@ -230,7 +230,7 @@ def _index_settings(obj: Context, analyzer: str, title_boost: float, rebuild: bo
     """Settings of a new index; the embedded backend rebuilds by directory swap instead."""
     if obj.open_backend_name() == "embedded":
         return {"analyzer": analyzer, "title_boost": title_boost}
-    return {"title_boost": title_boost, "rebuild": rebuild}
+    return {"analyzer": analyzer, "title_boost": title_boost, "rebuild": rebuild}
 
 
 # -- search -------------------------------------------------------------------------------
@@ -275,8 +275,14 @@ def _pipeline_for(backend: Backend, model: Path | None, mode: str | None, candid
 )
 @click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
 @click.option("--explain", is_flag=True, help="Show each result's BM25, cosine and fused score.")
+@click.option(
+    "--log-queries",
+    is_flag=True,
+    help="Elasticsearch: record the search (query, mode, latency, top ids) in qres-search-log "
+    "for the Kibana dashboard.",
+)
 @click.pass_obj
-def search(obj: Context, text, k, mode, model, candidates, explain):
+def search(obj: Context, text, k, mode, model, candidates, explain, log_queries):
     """Find the indexed questions most like TEXT.
 
     TEXT is taken as plain words: quotes, field:value, AND/OR and wildcards are
@@ -292,6 +298,8 @@ def search(obj: Context, text, k, mode, model, candidates, explain):
         results = pipeline.search(text, k, mode)
         latency_ms = (time.perf_counter() - started) * 1000
         questions = backend.fetch([r.id for r in results])
+        if log_queries:
+            _log_search(backend, text, mode, k, latency_ms, results)
     if obj.as_json:
         obj.emit(
             {
@@ -316,6 +324,28 @@ def search(obj: Context, text, k, mode, model, candidates, explain):
         title = getattr(questions.get(r.id), "title", "")
         table.add_row(str(i), r.id, f"{r.score:.3f}", *extra, title)
     stdout.print(table)
+
+
+def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
+    if not hasattr(backend, "log_search"):
+        raise BackendError(
+            "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
+        )
+    record = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "query": text,
+        "mode": mode,
+        "k": k,
+        "latency_ms": round(latency_ms, 3),
+        "top_ids": [r.id for r in results],
+        "top_scores": [r.score for r in results],
+        "result_count": len(results),
+        "backend": backend.name,
+    }
+    try:
+        backend.log_search(record)
+    except BackendError as err:  # analytics must never fail the search itself
+        console.print(f"warning: search not logged: {err}", highlight=False)
 
 
 # -- evaluate -----------------------------------------------------------------------------
@@ -391,7 +421,11 @@ def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per
             key = "bm25" if encoder is None else encoder.fingerprint[:16]
             if corpus is not None:
                 key += "-" + hashlib.sha1(str(corpus.resolve()).encode()).hexdigest()[:8]
-            backend = obj.open(create=True, index_dir=paths.home() / "eval" / f"{dataset}-{key}")
+            backend = obj.open(
+                create=True,
+                index_dir=paths.home() / "eval" / f"{dataset}-{key}",
+                index=f"qres-eval-{dataset}-{key}".lower(),  # Elasticsearch: never the live index
+            )
         fusion = Fusion.load(model) if model else None
         with backend or _Nothing():
             if dataset == "semeval2016":
@@ -461,7 +495,9 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
     encoder = _load_encoder(model)
     data_dir = data_dir or _default_data_dir()
     index_dir = paths.home() / "eval" / f"semeval2016-{encoder.fingerprint[:16]}"
-    with obj.open(create=True, index_dir=index_dir) as backend:
+    with obj.open(
+        create=True, index_dir=index_dir, index=f"qres-eval-semeval2016-{encoder.fingerprint[:16]}"
+    ) as backend:
         lists = ev.candidate_scores(data_dir, split, backend, encoder)
     fusion = tune_fusion(lists, source=f"semeval2016 {split}, logistic regression")
     fusion.save(model / "fusion.json")
@@ -529,8 +565,10 @@ def info(obj: Context):
 def _register_optional_commands() -> None:
     """Commands that live in other modules (none of them imports torch at import time)."""
     from qres.download import download_command
+    from qres.kibana import kibana_setup
 
     cli.add_command(download_command)
+    cli.add_command(kibana_setup)
     try:
         from training.commands import export_onnx, train
     except ImportError:  # an install without the training package

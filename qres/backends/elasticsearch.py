@@ -1,0 +1,986 @@
+"""The Elasticsearch backend: the same index, searched the same way, on a cluster.
+
+Index layout (``es_config/`` holds the JSON the index is made from)::
+
+    qres-questions           an alias: what searches and writes name
+    qres-questions-v<N>      the physical index behind it; a rebuild fills v<N+1> and swaps
+                             the alias in one ``_aliases`` call, then deletes v<N>
+
+Documents hold ``id``, ``title``, ``body`` (English analyzer: possessives, stop words and
+Porter2 stemming, as :func:`qres.text.bm25_terms` does), ``tags`` and, once a model is used,
+``vector`` (``dense_vector``, cosine, indexed for kNN). The mapping's ``_meta`` is the index
+metadata (analyzer, title boost, model fingerprint, vector dims).
+
+The index refreshes only on :meth:`EsBackend.commit` (``refresh_interval: -1``) and reads use
+``realtime=false``, so, as with the embedded backend, nothing written is visible to searches
+before a commit.
+
+Connection settings come from the ``url`` argument, then the environment (``QRES_ES_URL``,
+``QRES_ES_USER``, ``QRES_ES_PASSWORD``, ``QRES_ES_API_KEY``, ``QRES_ES_CA_CERT``,
+``QRES_ES_TIMEOUT``), then ``$QRES_HOME/es.json`` with the same keys in lower case without the
+prefix (``url``, ``user``, ``password``, ``api_key``, ``ca_cert``, ``timeout``, ``kibana_url``).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+from elastic_transport import ApiError as TransportApiError
+from elastic_transport import ConnectionError as EsConnectionError
+from elastic_transport import ConnectionTimeout, TlsError, TransportError
+from elasticsearch import (
+    AuthenticationException,
+    AuthorizationException,
+    Elasticsearch,
+    NotFoundError,
+    UnsupportedProductError,
+    helpers,
+)
+
+from qres import paths
+from qres.backends.base import Backend, BackendError, Hit
+from qres.corpus import Question
+from qres.text import bm25_terms, tokenize
+
+log = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "es_config"
+DEFAULT_URL = "http://localhost:9200"
+DEFAULT_INDEX = "qres-questions"
+DEFAULT_LOG_INDEX = "qres-search-log"
+CONFIG_KEYS = ("url", "user", "password", "api_key", "ca_cert", "timeout", "kibana_url")
+ENV_PREFIX = "QRES_ES_"
+MAX_RESULT_WINDOW = 10_000  # Elasticsearch's index.max_result_window default
+_MAX_QUERY_WORDS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
+_MGET_BATCH = 1000
+_RETRY_STATUS = (429, 502, 503, 504)
+# Painless: documents without a vector get 0, below every cosine + 1 (which is in [0, 2]).
+RESCORE_SCRIPT = (
+    "doc['vector'].size() == 0 ? 0.0 : cosineSimilarity(params.query_vector, 'vector') + 1.0"
+)
+
+
+# -- connection settings -----------------------------------------------------------------------
+
+
+def config_path() -> Path:
+    return paths.home() / "es.json"
+
+
+@dataclass(frozen=True)
+class EsConfig:
+    """Where the cluster is and how to log in; secrets stay out of ``repr``."""
+
+    url: str = field(default=DEFAULT_URL, repr=False)  # may hold user:password@
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
+    ca_cert: str | None = None
+    timeout: float = 30.0
+    kibana_url: str | None = None
+    config_file: str | None = None  # the es.json that contributed settings, if any
+
+    def __repr__(self) -> str:
+        return (
+            f"EsConfig(url={self.safe_url!r}, auth={self.auth_summary()!r}, "
+            f"ca_cert={self.ca_cert!r}, timeout={self.timeout!r})"
+        )
+
+    @property
+    def hosts(self) -> list[str]:
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
+    @property
+    def safe_url(self) -> str:
+        """The URL(s) with any ``user:password@`` replaced by ``***@``."""
+        return ",".join(mask_userinfo(u) for u in self.hosts)
+
+    @property
+    def has_credentials(self) -> bool:
+        return bool(self.api_key or self.user or any(urlsplit(u).password for u in self.hosts))
+
+    def auth_summary(self) -> str:
+        if self.api_key:
+            return "API key ****"
+        if self.user:
+            return f"basic (user {self.user!r}, password ****)"
+        if any(urlsplit(u).password for u in self.hosts):
+            return "basic (from the URL, password ****)"
+        return "none"
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret this configuration holds replaced by ****."""
+        secrets = [self.password, self.api_key] + [urlsplit(u).password for u in self.hosts]
+        for secret in secrets:
+            if secret and len(secret) >= 4:  # shorter ones would garble the text, not hide it
+                text = text.replace(secret, "****")
+        return text
+
+
+def mask_userinfo(url: str) -> str:
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
+
+
+def load_config(url: str | None = None, environ=None, path: Path | None = None) -> EsConfig:
+    """Settings from ``url``, then the environment, then ``$QRES_HOME/es.json``."""
+    environ = os.environ if environ is None else environ
+    path = path or config_path()
+    values: dict = {}
+    config_file = None
+    if path.exists():
+        values = _read_config_file(path)
+        config_file = str(path)
+    for key in CONFIG_KEYS:
+        env = "QRES_KIBANA_URL" if key == "kibana_url" else ENV_PREFIX + key.upper()
+        if environ.get(env):
+            values[key] = environ[env]
+    if url:
+        values["url"] = url
+    try:
+        values["timeout"] = float(values.get("timeout", 30.0))
+    except ValueError:
+        raise BackendError(
+            f"timeout {values['timeout']!r} is not a number of seconds: fix QRES_ES_TIMEOUT "
+            f"or the timeout in {path}"
+        ) from None
+    config = EsConfig(**values, config_file=config_file)
+    _check_config(config, path)
+    return config
+
+
+def _read_config_file(path: Path) -> dict:
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise BackendError(f"{path}: unreadable Elasticsearch settings ({err})") from None
+    if not isinstance(values, dict):
+        raise BackendError(f"{path}: expected a JSON object with keys {', '.join(CONFIG_KEYS)}")
+    unknown = sorted(set(values) - set(CONFIG_KEYS))
+    if unknown:
+        raise BackendError(
+            f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(CONFIG_KEYS)})"
+        )
+    wrong = sorted(k for k, v in values.items() if k != "timeout" and not isinstance(v, str))
+    if wrong:
+        raise BackendError(f"{path}: {', '.join(wrong)} must be string(s)")
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _check_config(config: EsConfig, path: Path) -> None:
+    for host in config.hosts or [""]:
+        parts = urlsplit(host)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BackendError(
+                f"Elasticsearch URL {mask_userinfo(host)!r} is not an http(s) URL: "
+                "set QRES_ES_URL like http://localhost:9200"
+            )
+    if config.user and not config.password:
+        raise BackendError(
+            f"QRES_ES_USER is set ({config.user!r}) but no password: set QRES_ES_PASSWORD "
+            f"(environment or {path})"
+        )
+    if config.ca_cert and not Path(config.ca_cert).is_file():
+        raise BackendError(
+            f"CA certificate {config.ca_cert} (QRES_ES_CA_CERT) does not exist: point it at "
+            "the cluster's CA file (http_ca.crt)"
+        )
+    if not config.timeout > 0:
+        raise BackendError(f"timeout {config.timeout} must be a positive number of seconds")
+
+
+def make_client(config: EsConfig, node_class=None) -> Elasticsearch:
+    options: dict = {"request_timeout": config.timeout, "max_retries": 2}
+    if config.api_key:
+        options["api_key"] = config.api_key
+    elif config.user:
+        options["basic_auth"] = (config.user, config.password)
+    if config.ca_cert:
+        options["ca_certs"] = config.ca_cert
+    if node_class is not None:
+        options["node_class"] = node_class
+    try:
+        return Elasticsearch(config.hosts, **options)
+    except ValueError as err:
+        message = config.scrub(str(err))
+        raise BackendError(f"cannot use Elasticsearch URL {config.safe_url}: {message}") from None
+
+
+# -- error messages ----------------------------------------------------------------------------
+
+
+def _error_type(err: TransportApiError) -> str:
+    body = err.body if isinstance(err.body, dict) else {}
+    error = body.get("error")
+    return error.get("type", "") if isinstance(error, dict) else ""
+
+
+def _error_reason(err: TransportApiError) -> str:
+    body = err.body if isinstance(err.body, dict) else {}
+    error = body.get("error")
+    if isinstance(error, dict):
+        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+        caused = error.get("caused_by")
+        if isinstance(caused, dict) and caused.get("reason"):
+            reason += f" ({caused['reason']})"
+        return _short(reason)
+    return _short(str(error or err.message))
+
+
+def _connection_cause(err: TransportError) -> str:
+    innermost: BaseException = err
+    while getattr(innermost, "errors", None):  # the transport nests each attempt's error
+        innermost = innermost.errors[0]
+    text = str(innermost)
+    errno = re.search(r"\[Errno -?\d+\] ([^)\]\"']+)", text)
+    return errno.group(1).strip().lower() if errno else _short(text)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def explain(err: Exception, config: EsConfig, index: str) -> str:
+    """One sentence for an Elasticsearch client error: what failed, where, what to do."""
+    where = config.safe_url
+    settings = f"environment or {config.config_file or config_path()}"
+    if isinstance(err, TlsError):
+        message = (
+            f"TLS connection to Elasticsearch at {where} failed ({_connection_cause(err)}): "
+            "set QRES_ES_CA_CERT to the cluster's CA certificate, or use http:// if the "
+            "cluster has no TLS"
+        )
+    elif isinstance(err, ConnectionTimeout):
+        message = (
+            f"Elasticsearch at {where} did not answer within {config.timeout:g} s: check that "
+            "the cluster is healthy (GET _cluster/health) or allow more time with QRES_ES_TIMEOUT"
+        )
+    elif isinstance(err, EsConnectionError):
+        message = (
+            f"cannot reach Elasticsearch at {where} ({_connection_cause(err)}): start it "
+            "(`docker compose up -d`) or set QRES_ES_URL to its address"
+        )
+    elif isinstance(err, UnsupportedProductError):
+        message = (
+            f"{where} answered but is not Elasticsearch ({_short(err.message)}): "
+            "set QRES_ES_URL to an Elasticsearch 8 or 9 cluster"
+        )
+    elif isinstance(err, AuthenticationException):
+        if config.has_credentials:
+            message = (
+                f"Elasticsearch at {where} rejected the credentials ({config.auth_summary()}): "
+                f"check QRES_ES_USER and QRES_ES_PASSWORD, or QRES_ES_API_KEY ({settings})"
+            )
+        else:
+            message = (
+                f"Elasticsearch at {where} requires credentials: set QRES_ES_USER and "
+                f"QRES_ES_PASSWORD, or QRES_ES_API_KEY ({settings})"
+            )
+    elif isinstance(err, AuthorizationException):
+        message = (
+            f"the Elasticsearch user may not do this on {index} at {where} "
+            f"({_error_reason(err)}): grant it the privileges on {index}* or use another user"
+        )
+    elif isinstance(err, NotFoundError) and _error_type(err) == "index_not_found_exception":
+        message = missing_index_message(index, where)
+    elif isinstance(err, TransportApiError):
+        message = (
+            f"Elasticsearch at {where} refused the request on {index} (HTTP "
+            f"{err.meta.status}, {_error_reason(err)}): fix what it names and retry"
+        )
+    else:
+        message = f"talking to Elasticsearch at {where} failed ({_short(str(err))}): retry"
+    return config.scrub(message)
+
+
+def missing_index_message(index: str, where: str) -> str:
+    return (
+        f"no qres index {index!r} at {where}: create it with "
+        "`qres --backend elasticsearch index CORPUS`"
+    )
+
+
+def _guarded(method):
+    """Turn Elasticsearch client errors raised by ``method`` into one-sentence BackendErrors."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (TransportApiError, TransportError) as err:
+            raise BackendError(explain(err, self.config, self.alias)) from None
+
+    return wrapper
+
+
+# -- index definition --------------------------------------------------------------------------
+
+
+def load_es_config(name: str) -> dict:
+    """A JSON file of ``es_config/``."""
+    path = CONFIG_DIR / name
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise BackendError(f"{path}: cannot load the Elasticsearch configuration ({err})") from None
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """What a new physical index is made with."""
+
+    title_boost: float = 2.0
+    analyzer: str = "english"  # or "plain": lower-cased words, no stemming, no stop words
+    shards: int = 1
+    replicas: int | None = None  # None: 0 on one node, 1 once the cluster has a second
+    vector_dims: int | None = None  # None: set by the first upsert with vectors
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> IndexSettings:
+        def number(key, kind, default, minimum):
+            value = settings.get(key, default)
+            if value is None:
+                return None
+            try:
+                value = kind(value)
+            except (TypeError, ValueError):
+                raise BackendError(f"{key} must be a number, got {value!r}") from None
+            if value < minimum or (kind is float and not math.isfinite(value)):
+                raise BackendError(f"{key} must be at least {minimum}, got {value!r}")
+            return value
+
+        analyzer = settings.get("analyzer", "english")
+        if analyzer not in ("english", "plain"):
+            raise BackendError(f"unknown analyzer {analyzer!r} (one of english, plain)")
+        return cls(
+            title_boost=number("title_boost", float, 2.0, 0.0),
+            analyzer=analyzer,
+            shards=number("shards", int, 1, 1),
+            replicas=number("replicas", int, None, 0),
+            vector_dims=number("vector_dims", int, None, 1),
+        )
+
+    def vector_mapping(self, dims: int) -> dict:
+        return {**load_es_config("vector-field.json"), "dims": int(dims)}
+
+    def index_body(self, server: tuple[int, int] = (8, 0)) -> tuple[dict, dict]:
+        """(settings, mappings) of a new physical index, from es_config/questions-template.json,
+        for a server of version ``server`` (major, minor)."""
+        template = load_es_config("questions-template.json")["template"]
+        settings, mappings = (
+            copy.deepcopy(template["settings"]),
+            copy.deepcopy(template["mappings"]),
+        )
+        index = settings.setdefault("index", {})
+        index["number_of_shards"] = self.shards
+        if self.replicas is not None:
+            index["number_of_replicas"] = self.replicas
+            index["auto_expand_replicas"] = "false"
+        if server >= (9, 2):  # 9.2 drops vectors from _source by default; vectors() reads them
+            index.setdefault("mapping", {})["exclude_source_vectors"] = False
+        analyzer = "qres_english" if self.analyzer == "english" else "qres_plain"
+        for name in ("title", "body"):
+            mappings["properties"][name]["analyzer"] = analyzer
+        meta = {
+            "format": 1,
+            "backend": "elasticsearch",
+            "analyzer": self.analyzer,
+            "title_boost": self.title_boost,
+        }
+        if self.vector_dims:
+            mappings["properties"]["vector"] = self.vector_mapping(self.vector_dims)
+            meta["vector_dim"] = self.vector_dims
+        mappings["_meta"] = meta
+        return settings, mappings
+
+
+def query_words(text: str, analyzer: str = "english", limit: int = _MAX_QUERY_WORDS) -> list[str]:
+    """The words of ``text`` worth sending: normalised by :mod:`qres.text`, punctuation and stop
+    words dropped, one word per distinct BM25 term set (a repeated term counts once, as in the
+    embedded backend), at most ``limit``. Elasticsearch analyses them again itself."""
+    language = "english" if analyzer == "english" else None
+    seen: set[tuple[str, ...]] = set()
+    words: list[str] = []
+    for token in tokenize(text):
+        terms = tuple(bm25_terms(token, language))
+        if terms and terms not in seen:
+            seen.add(terms)
+            words.append(token)
+            if len(words) == limit:
+                break
+    return words
+
+
+def search_log_document(record: dict, backend: str, index: str) -> dict:
+    """The ``qres-search-log`` document of one search ``record``.
+
+    Keys: ``time`` (datetime, epoch seconds or ISO string; default now), ``query``, ``mode``,
+    ``latency_ms``, ``k``, ``top_ids``, ``top_scores``, ``result_count`` (default
+    ``len(top_ids)``), ``backend``, ``index``; any other key is kept, unindexed, under ``extra``.
+    """
+    record = dict(record)
+    when = record.pop("time", None)
+    if when is None:
+        when = datetime.now(timezone.utc)
+    elif isinstance(when, (int, float)):
+        when = datetime.fromtimestamp(when, timezone.utc)
+    doc = {"@timestamp": when.isoformat() if isinstance(when, datetime) else str(when)}
+    doc["query"] = str(record.pop("query", ""))
+    doc["mode"] = str(record.pop("mode", "bm25"))
+    doc["latency_ms"] = float(record.pop("latency_ms", 0.0))
+    if "k" in record:
+        doc["k"] = int(record.pop("k"))
+    doc["top_ids"] = [str(i) for i in record.pop("top_ids", [])]
+    doc["top_scores"] = [float(s) for s in record.pop("top_scores", [])]
+    doc["result_count"] = int(record.pop("result_count", len(doc["top_ids"])))
+    doc["backend"] = str(record.pop("backend", backend))
+    doc["index"] = str(record.pop("index", index))
+    if record:
+        doc["extra"] = record
+    return doc
+
+
+# -- the backend -------------------------------------------------------------------------------
+
+
+class EsBackend(Backend):
+    """A qres index on Elasticsearch: an alias over a versioned physical index.
+
+    Rebuilds: ``EsBackend(..., rebuild=True)`` (or :meth:`begin_rebuild`) sends every write
+    and read of this object to a fresh physical index while searches of the alias keep seeing
+    the old one; leaving the ``with`` block normally (or :meth:`finish_rebuild`) swaps the
+    alias atomically and deletes the old index; an exception, :meth:`abort_rebuild` or
+    :meth:`close` without finishing deletes the new index and leaves the alias as it was.
+    """
+
+    name = "elasticsearch"
+    bulk_docs = 500  # documents per bulk request
+    bulk_bytes = 10 * 1024 * 1024
+    bulk_retries = 5  # for 429 and 5xx answers, with exponential backoff
+    bulk_initial_backoff = 1.0  # seconds
+    bulk_max_backoff = 30.0
+
+    def __init__(
+        self,
+        url: str | None = None,
+        index: str = DEFAULT_INDEX,
+        create: bool = False,
+        *,
+        rebuild: bool = False,
+        config: EsConfig | None = None,
+        node_class=None,
+        **settings,
+    ):
+        """Open the index (alias) ``index`` at ``url`` (default: environment or es.json);
+        with ``create``, make it if missing. ``settings`` (title_boost, analyzer, shards,
+        replicas, vector_dims) shape a new index; ``log_index`` names the search log."""
+        self.config = config or load_config(url)
+        self.alias = index
+        self.settings = IndexSettings.from_settings(settings)
+        self.log_index = settings.get("log_index", DEFAULT_LOG_INDEX)
+        self._client = make_client(self.config, node_class)
+        self._target = index  # what reads and writes name: the alias, or the index being built
+        self._physical: str | None = None
+        self._rebuilding: str | None = None
+        self._vector_dim: int | None = None
+        self._title_boost = self.settings.title_boost
+        self._analyzer = self.settings.analyzer
+        self._log_ready = False
+        try:
+            if rebuild:
+                self.begin_rebuild()
+            else:
+                self._open(create)
+        except BaseException:
+            self._client.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"EsBackend(url={self.config.safe_url!r}, index={self.alias!r})"
+
+    # -- opening, creating, rebuilding ---------------------------------------------------------
+
+    @_guarded
+    def _open(self, create: bool) -> None:
+        try:
+            answer = self._client.indices.get_mapping(index=self.alias)
+        except NotFoundError as err:
+            if not create or _error_type(err) != "index_not_found_exception":
+                raise
+            self._create(self._next_physical_name(), with_alias=True)
+            return
+        if len(answer) != 1:
+            raise BackendError(
+                f"{self.alias!r} at {self.config.safe_url} points at {len(answer)} indices "
+                f"({', '.join(sorted(answer))}): rebuild it with "
+                "`qres --backend elasticsearch index --rebuild CORPUS`"
+            )
+        ((physical, body),) = answer.items()
+        self._adopt(physical, body.get("mappings", {}))
+
+    def _adopt(self, physical: str, mappings: dict) -> None:
+        properties = mappings.get("properties", {})
+        if {"title", "body"} - set(properties):
+            raise BackendError(
+                f"{self.alias!r} at {self.config.safe_url} is not a qres index (no title and "
+                "body fields): pick another index name"
+            )
+        meta = mappings.get("_meta", {})
+        self._physical = physical
+        self._vector_dim = properties.get("vector", {}).get("dims")
+        self._title_boost = float(meta.get("title_boost", 2.0))
+        self._analyzer = meta.get("analyzer", "english")
+        wanted = self.settings.vector_dims
+        if wanted and self._vector_dim and wanted != self._vector_dim:
+            raise BackendError(
+                f"index {self.alias!r} at {self.config.safe_url} holds {self._vector_dim}-"
+                f"dimensional vectors but the model makes {wanted}: rebuild it with "
+                "`qres --backend elasticsearch index --rebuild CORPUS --model MODEL_DIR`"
+            )
+
+    def _server_version(self) -> tuple[int, int]:
+        number = self._client.info()["version"]["number"]
+        major, minor = re.match(r"(\d+)\.(\d+)", number).groups()
+        return int(major), int(minor)
+
+    def _create(self, physical: str, with_alias: bool) -> None:
+        settings, mappings = self.settings.index_body(self._server_version())
+        self._client.indices.create(
+            index=physical,
+            settings=settings,
+            mappings=mappings,
+            aliases={self.alias: {}} if with_alias else None,
+        )
+        self._adopt(physical, mappings)
+
+    def _next_physical_name(self) -> str:
+        answer = self._client.indices.resolve_index(name=f"{self.alias}-v*", expand_wildcards="all")
+        pattern = re.compile(re.escape(self.alias) + r"-v(\d+)")
+        versions = [
+            int(m.group(1))
+            for entry in answer.get("indices", [])
+            if (m := pattern.fullmatch(entry["name"]))
+        ]
+        return f"{self.alias}-v{max(versions, default=0) + 1}"
+
+    def _behind_alias(self) -> tuple[list[str], bool]:
+        """(physical indices the alias names, whether ``alias`` is itself a concrete index)."""
+        try:
+            answer = self._client.indices.resolve_index(name=self.alias)
+        except NotFoundError as err:
+            if _error_type(err) != "index_not_found_exception":
+                raise
+            return [], False
+        for entry in answer.get("aliases", []):
+            if entry["name"] == self.alias:
+                return list(entry.get("indices", [])), False
+        concrete = any(entry["name"] == self.alias for entry in answer.get("indices", []))
+        return ([self.alias] if concrete else []), concrete
+
+    @_guarded
+    def begin_rebuild(self) -> str:
+        """Create a fresh physical index (named ``<alias>-v<N+1>``) and send every read and
+        write of this backend there; returns its name."""
+        if self._rebuilding:
+            raise BackendError(f"a rebuild of {self.alias!r} is already under way")
+        physical = self._next_physical_name()
+        self._create(physical, with_alias=False)
+        self._rebuilding = self._target = physical
+        return physical
+
+    @_guarded
+    def finish_rebuild(self) -> None:
+        """Refresh the new index, point the alias at it alone in one atomic ``_aliases`` call,
+        then delete the index the alias named before."""
+        if not self._rebuilding:
+            raise BackendError("no rebuild under way: start one with begin_rebuild()")
+        new = self._rebuilding
+        self._client.indices.refresh(index=new)
+        old, concrete = self._behind_alias()
+        if concrete:  # an index named like the alias: replace it by the alias, atomically
+            actions = [{"remove_index": {"index": self.alias}}]
+        else:
+            actions = [{"remove": {"index": name, "alias": self.alias}} for name in old]
+        actions.append({"add": {"index": new, "alias": self.alias}})
+        self._client.indices.update_aliases(actions=actions)
+        self._rebuilding, self._target = None, self.alias
+        leftovers = [name for name in old if name != new and not concrete]
+        if leftovers:
+            self._client.indices.delete(index=leftovers)
+
+    @_guarded
+    def abort_rebuild(self) -> None:
+        """Delete the index being built; the alias keeps naming what it named before."""
+        if not self._rebuilding:
+            return
+        new, self._rebuilding, self._target = self._rebuilding, None, self.alias
+        self._client.indices.delete(index=new, ignore_unavailable=True)
+
+    @_guarded
+    def drop(self) -> None:
+        """Delete the index: the alias and every physical index behind it (and a rebuild's)."""
+        self.abort_rebuild()
+        names, _ = self._behind_alias()
+        if names:
+            self._client.indices.delete(index=names, ignore_unavailable=True)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @_guarded
+    def upsert(self, questions: Sequence[Question], vectors: np.ndarray | None = None) -> None:
+        rows = None
+        if vectors is not None:
+            if len(vectors) != len(questions):
+                raise ValueError(f"{len(questions)} questions but {len(vectors)} vectors")
+            rows = np.asarray(vectors, dtype=np.float32)
+            self._ensure_vector_field(int(rows.shape[1]))
+
+        def actions() -> Iterator[dict]:
+            for i, question in enumerate(questions):
+                source = {
+                    "id": question.id,
+                    "title": question.title,
+                    "body": question.body,
+                    "tags": list(question.tags),
+                }
+                if rows is not None:
+                    source["vector"] = rows[i].tolist()
+                yield {
+                    "_op_type": "index",
+                    "_index": self._target,
+                    "_id": question.id,
+                    "_source": source,
+                }
+
+        self._bulk(actions(), len(questions), "indexed")
+
+    def _ensure_vector_field(self, dims: int) -> None:
+        if self._vector_dim is None:
+            mapping = self.settings.vector_mapping(dims)
+            self._client.indices.put_mapping(index=self._target, properties={"vector": mapping})
+            self._vector_dim = dims
+            self.set_metadata({"vector_dim": dims})
+        elif dims != self._vector_dim:
+            raise BackendError(
+                f"vectors have {dims} dimensions but the index holds {self._vector_dim}: "
+                "re-index with `qres --backend elasticsearch index --rebuild CORPUS`"
+            )
+
+    @_guarded
+    def delete(self, ids: Sequence[str]) -> None:
+        actions = ({"_op_type": "delete", "_index": self._target, "_id": qid} for qid in ids)
+        self._bulk(actions, len(ids), "deleted")
+
+    def _bulk(self, actions: Iterable[dict], total: int, done: str) -> None:
+        """Send ``actions`` in batches; raise one BackendError naming the first failures."""
+        failures: list[tuple[str, str]] = []
+        results = helpers.streaming_bulk(
+            self._client,
+            actions,
+            chunk_size=self.bulk_docs,
+            max_chunk_bytes=self.bulk_bytes,
+            raise_on_error=False,
+            raise_on_exception=True,
+            max_retries=self.bulk_retries,
+            initial_backoff=self.bulk_initial_backoff,
+            max_backoff=self.bulk_max_backoff,
+            retry_on_status=_RETRY_STATUS,
+            yield_ok=False,
+        )
+        for _, item in results:
+            ((op, info),) = item.items()
+            if op == "delete" and info.get("status") == 404 and "error" not in info:
+                continue  # deleting an unknown id is not an error
+            failures.append((str(info.get("_id")), _bulk_reason(info)))
+        if failures:
+            shown = "; ".join(f"{qid} ({reason})" for qid, reason in failures[:5])
+            more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
+            raise BackendError(
+                self.config.scrub(
+                    f"{len(failures)} of {total} questions were not {done} in {self._target} at "
+                    f"{self.config.safe_url}: {shown}{more}: fix them and run the command again"
+                )
+            )
+
+    @_guarded
+    def commit(self) -> None:
+        self._client.indices.refresh(index=self._target)
+
+    # -- searching -----------------------------------------------------------------------------
+
+    def _bm25(self, text: str, only_ids: Sequence[str] | None = None) -> dict | None:
+        words = query_words(text, self._analyzer)
+        match = None
+        if words:
+            match = {
+                "multi_match": {
+                    "query": " ".join(words),
+                    "type": "most_fields",
+                    "fields": [f"title^{self._title_boost}", "body"],
+                }
+            }
+        if only_ids is None:
+            return match
+        # Restricted to the given ids; those matching no term score 0 (the filter scores 0).
+        query: dict = {"bool": {"filter": [{"ids": {"values": list(only_ids)}}]}}
+        if match is not None:
+            query["bool"]["should"] = [match]
+        return query
+
+    @staticmethod
+    def _hits(answer) -> list[Hit]:
+        return [Hit(h["_id"], float(h["_score"] or 0.0)) for h in answer["hits"]["hits"]]
+
+    @_guarded
+    def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
+        query = self._bm25(text, only_ids)
+        if query is None or k <= 0 or (only_ids is not None and not only_ids):
+            return []
+        answer = self._client.search(
+            index=self._target,
+            query=query,
+            size=min(k, MAX_RESULT_WINDOW),
+            source=False,
+            track_total_hits=False,
+        )
+        return self._hits(answer)
+
+    def _query_vector(self, query_vector) -> list[float]:
+        vector = np.asarray(query_vector, dtype=np.float32).ravel()
+        if self._vector_dim is None:
+            raise BackendError(
+                f"index {self.alias!r} at {self.config.safe_url} holds no vectors: index it "
+                "with `qres --backend elasticsearch index CORPUS --model MODEL_DIR`"
+            )
+        if len(vector) != self._vector_dim:
+            raise BackendError(
+                f"the query vector has {len(vector)} dimensions but {self.alias!r} holds "
+                f"{self._vector_dim}-dimensional vectors: use the model the index was built with"
+            )
+        return vector.tolist()
+
+    @_guarded
+    def search_rescored(
+        self,
+        text: str,
+        k: int,
+        query_vector,
+        window: int = 100,
+        weights: tuple[float, float] = (1.0, 1.0),
+    ) -> list[Hit]:
+        """BM25 top-``k`` whose best ``max(window, k)`` are rescored inside Elasticsearch:
+        ``weights[0] * bm25 + weights[1] * (cosine(query_vector, vector) + 1)``; documents
+        without a vector get 0 for the cosine part."""
+        query = self._bm25(text)
+        if query is None or k <= 0:
+            return []
+        rescore = {
+            "window_size": min(max(window, k), MAX_RESULT_WINDOW),
+            "query": {
+                "rescore_query": {
+                    "script_score": {
+                        "query": {"match_all": {}},
+                        "script": {
+                            "source": RESCORE_SCRIPT,
+                            "params": {"query_vector": self._query_vector(query_vector)},
+                        },
+                    }
+                },
+                "query_weight": float(weights[0]),
+                "rescore_query_weight": float(weights[1]),
+                "score_mode": "total",
+            },
+        }
+        answer = self._client.search(
+            index=self._target,
+            query=query,
+            rescore=rescore,
+            size=min(k, MAX_RESULT_WINDOW),
+            source=False,
+            track_total_hits=False,
+        )
+        return self._hits(answer)
+
+    @_guarded
+    def knn_search(
+        self,
+        query_vector,
+        k: int,
+        num_candidates: int | None = None,
+        text: str | None = None,
+        weights: tuple[float, float] = (1.0, 1.0),
+    ) -> list[Hit]:
+        """Approximate nearest neighbours by cosine (HNSW), ``num_candidates`` per shard
+        (default ``max(100, 2k)``); with ``text``, a hybrid: Elasticsearch adds
+        ``weights[0] * bm25`` and ``weights[1] * (1 + cosine) / 2``."""
+        if k <= 0:
+            return []
+        k = min(k, MAX_RESULT_WINDOW)
+        candidates = min(max(num_candidates or max(100, 2 * k), k), MAX_RESULT_WINDOW)
+        knn = {
+            "field": "vector",
+            "query_vector": self._query_vector(query_vector),
+            "k": k,
+            "num_candidates": candidates,
+            "boost": float(weights[1]),
+        }
+        options: dict = {}
+        query = self._bm25(text) if text else None
+        if query is not None:
+            query["multi_match"]["boost"] = float(weights[0])
+            options["query"] = query
+        answer = self._client.search(
+            index=self._target, knn=knn, size=k, source=False, track_total_hits=False, **options
+        )
+        return self._hits(answer)
+
+    # -- reading stored fields -----------------------------------------------------------------
+
+    def _sources(self, ids: Sequence[str], fields: list[str]) -> dict[str, dict]:
+        """``_source`` (only ``fields``) of the documents with these ids, as last committed."""
+        found: dict[str, dict] = {}
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), _MGET_BATCH):
+            answer = self._client.mget(
+                index=self._target,
+                ids=unique[start : start + _MGET_BATCH],
+                source_includes=fields,
+                realtime=False,
+            )
+            for doc in answer["docs"]:
+                if doc.get("found"):
+                    found[doc["_id"]] = doc.get("_source", {})
+        return found
+
+    @_guarded
+    def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
+        out = {}
+        for qid, source in self._sources(ids, ["title", "body", "tags"]).items():
+            tags = source.get("tags") or ()
+            tags = (tags,) if isinstance(tags, str) else tuple(tags)
+            out[qid] = Question(qid, source.get("title", ""), source.get("body", ""), tags)
+        return out
+
+    @_guarded
+    def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        if self._vector_dim is None:
+            return np.zeros((len(ids), 0), np.float32), np.zeros(len(ids), bool)
+        out = np.zeros((len(ids), self._vector_dim), np.float32)
+        have = np.zeros(len(ids), bool)
+        sources = self._sources(ids, ["vector"])
+        for row, qid in enumerate(ids):
+            vector = sources.get(qid, {}).get("vector")
+            if vector is not None:
+                out[row] = vector
+                have[row] = True
+        return out, have
+
+    @_guarded
+    def count(self) -> int:
+        return int(self._client.count(index=self._target)["count"])
+
+    @_guarded
+    def metadata(self) -> dict:
+        answer = self._client.indices.get_mapping(index=self._target)
+        mappings = next(iter(answer.values()), {}).get("mappings", {})
+        return dict(mappings.get("_meta", {}))
+
+    @_guarded
+    def set_metadata(self, values: dict) -> None:
+        meta = self.metadata()
+        meta.update(values)
+        self._client.indices.put_mapping(index=self._target, meta=meta)
+
+    # -- search analytics and information ------------------------------------------------------
+
+    @_guarded
+    def log_search(self, record: dict) -> None:
+        """Write one search ``record`` (see :func:`search_log_document`) to the search log
+        index, creating it from es_config/search-log-template.json if missing."""
+        document = search_log_document(record, self.name, self.alias)
+        if not self._log_ready:
+            if not self._client.indices.exists(index=self.log_index):
+                template = load_es_config("search-log-template.json")["template"]
+                try:
+                    self._client.indices.create(
+                        index=self.log_index,
+                        settings=template["settings"],
+                        mappings=template["mappings"],
+                    )
+                except TransportApiError as err:  # another process created it first
+                    if _error_type(err) != "resource_already_exists_exception":
+                        raise
+            self._log_ready = True
+        self._client.index(index=self.log_index, document=document)
+
+    @_guarded
+    def describe(self) -> dict:
+        """Connection and index facts for ``qres info``; secrets are masked."""
+        info = self._client.info()
+        return {
+            "backend": self.name,
+            "url": self.config.safe_url,
+            "auth": self.config.auth_summary(),
+            "ca_cert": self.config.ca_cert,
+            "config_file": self.config.config_file,
+            "server_version": info["version"]["number"],
+            "cluster_name": info.get("cluster_name"),
+            "index": self.alias,
+            "physical_index": self._physical,
+            "rebuilding": self._rebuilding,
+            "documents": self.count(),
+            "analyzer": self._analyzer,
+            "title_boost": self._title_boost,
+            "vector_dim": self._vector_dim,
+            "search_log_index": self.log_index,
+        }
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the connection; an unfinished rebuild is discarded."""
+        unfinished = self._rebuilding
+        if unfinished:
+            log.warning("discarding the unfinished rebuild %s of %s", unfinished, self.alias)
+            try:
+                self.abort_rebuild()
+            except BackendError as err:  # the cluster may be what failed: keep the first error
+                log.warning("could not delete %s: %s", unfinished, err)
+        self._client.close()
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._rebuilding and exc_type is None:
+            try:
+                self.finish_rebuild()
+            except BaseException:
+                self.close()
+                raise
+        self.close()
+
+
+def _bulk_reason(info: dict) -> str:
+    error = info.get("error")
+    if isinstance(error, dict):
+        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+        caused = error.get("caused_by")
+        if isinstance(caused, dict) and caused.get("reason"):
+            reason += f" ({caused['reason']})"
+        return _short(reason, 160)
+    if error:
+        return _short(str(error), 160)
+    return f"HTTP {info.get('status')}"

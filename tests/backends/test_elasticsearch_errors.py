@@ -1,0 +1,372 @@
+"""Each way talking to Elasticsearch (or Kibana) can fail gives one sentence naming the URL and
+what to do, never a traceback, and never a secret.
+
+Connection refused is real (127.0.0.1 on a port nothing listens on); the other failures are
+canned answers or exceptions of the recording transport in test_elasticsearch_requests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+
+import pytest
+from click.testing import CliRunner
+from elastic_transport import ConnectionTimeout, TlsError
+
+from qres.backends.base import BackendError
+from qres.backends.elasticsearch import EsBackend, EsConfig, load_config
+from qres.kibana import KibanaError, import_saved_objects, kibana_setup
+
+from .contract import QUESTIONS, vectors_for
+from .test_elasticsearch_requests import (
+    PASSWORD,
+    URL,
+    FakeCluster,
+    RecordingHttp,
+    es_error,
+    mapping,
+)
+
+
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_sentence(err: BaseException, *, url: str = URL) -> str:
+    message = str(err)
+    assert "\n" not in message and "Traceback" not in message
+    assert url in message
+    assert PASSWORD not in message and "a2V5OnNlY3JldA" not in message
+    # No chained client exception to print: raised directly or `from None`.
+    assert err.__cause__ is None and (err.__context__ is None or err.__suppress_context__)
+    return message
+
+
+def failing(answer, status=200, path="/qres-questions/_mapping", **backend) -> BackendError:
+    cluster = FakeCluster().on("GET", path, answer, status=status)
+    with pytest.raises(BackendError) as caught:
+        cluster.backend(**backend)
+    return caught.value
+
+
+@pytest.fixture(autouse=True)
+def no_user_settings(monkeypatch, tmp_path):
+    """Neither the developer's environment nor their es.json leaks into these tests."""
+    for name in ("URL", "USER", "PASSWORD", "API_KEY", "CA_CERT", "TIMEOUT"):
+        monkeypatch.delenv(f"QRES_ES_{name}", raising=False)
+    monkeypatch.delenv("QRES_KIBANA_URL", raising=False)
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+
+
+# -- reaching the cluster ----------------------------------------------------------------------
+
+
+def test_connection_refused_is_real_and_says_how_to_start_the_cluster(monkeypatch):
+    url = f"http://127.0.0.1:{unused_port()}"
+    monkeypatch.setenv("QRES_ES_USER", "elastic")
+    monkeypatch.setenv("QRES_ES_PASSWORD", PASSWORD)
+    with pytest.raises(BackendError) as caught:
+        EsBackend(url)
+    message = one_sentence(caught.value, url=url)
+    assert message == (
+        f"cannot reach Elasticsearch at {url} (connection refused): start it "
+        "(`docker compose up -d`) or set QRES_ES_URL to its address"
+    )
+
+
+def test_url_credentials_are_masked_in_messages():
+    url = f"http://elastic:{PASSWORD}@127.0.0.1:{unused_port()}"
+    with pytest.raises(BackendError) as caught:
+        EsBackend(url)
+    message = str(caught.value)
+    assert PASSWORD not in message and "http://***@127.0.0.1:" in message
+
+
+def test_timeout():
+    err = failing(ConnectionTimeout("Connection timed out"))
+    assert one_sentence(err) == (
+        f"Elasticsearch at {URL} did not answer within 30 s: check that the cluster is healthy "
+        "(GET _cluster/health) or allow more time with QRES_ES_TIMEOUT"
+    )
+
+
+def test_tls_failure_points_at_the_ca_certificate():
+    cause = ssl.SSLCertVerificationError(
+        1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed (_ssl.c:1006)"
+    )
+    err = failing(TlsError("TLS error", errors=(cause,)))
+    message = one_sentence(err)
+    assert message.startswith(
+        f"TLS connection to Elasticsearch at {URL} failed ([SSL: CERTIFICATE_VERIFY_FAILED] "
+    )
+    assert "QRES_ES_CA_CERT" in message
+
+
+def test_not_elasticsearch():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", {"ok": True})
+    with pytest.raises(BackendError) as caught:
+        EsBackend(config=EsConfig(url=URL), node_class=cluster.node_class(product_header=False))
+    message = one_sentence(caught.value)
+    assert message.startswith(f"{URL} answered but is not Elasticsearch")
+    assert "QRES_ES_URL" in message
+
+
+# -- credentials and privileges ----------------------------------------------------------------
+
+
+def test_rejected_credentials():
+    err = failing(es_error(401, "security_exception", "unable to authenticate"), status=401)
+    message = one_sentence(err)
+    assert message.startswith(f"Elasticsearch at {URL} rejected the credentials (basic (user ")
+    assert "QRES_ES_PASSWORD" in message and "QRES_ES_API_KEY" in message
+
+
+def test_missing_credentials():
+    cluster = FakeCluster().on(
+        "GET", "/qres-questions/_mapping", es_error(401, "security_exception", "missing"), 401
+    )
+    with pytest.raises(BackendError) as caught:
+        cluster.backend(EsConfig(url=URL))
+    assert one_sentence(caught.value).startswith(
+        f"Elasticsearch at {URL} requires credentials: set QRES_ES_USER and QRES_ES_PASSWORD"
+    )
+
+
+def test_missing_privilege():
+    err = failing(
+        es_error(403, "security_exception", "action [indices:admin/mappings/get] is unauthorized"),
+        status=403,
+    )
+    message = one_sentence(err)
+    assert message.startswith(f"the Elasticsearch user may not do this on qres-questions at {URL}")
+    assert "is unauthorized" in message
+
+
+# -- the index ---------------------------------------------------------------------------------
+
+
+def test_missing_index():
+    err = failing(es_error(404, "index_not_found_exception", "no such index"), status=404)
+    assert one_sentence(err) == (
+        f"no qres index 'qres-questions' at {URL}: create it with "
+        "`qres --backend elasticsearch index CORPUS`"
+    )
+
+
+def test_index_deleted_while_open():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
+    backend = cluster.backend()
+    cluster.on(
+        "POST",
+        "/qres-questions/_search",
+        es_error(404, "index_not_found_exception", "no such index"),
+        status=404,
+    )
+    with pytest.raises(BackendError, match="^no qres index 'qres-questions'"):
+        backend.search("usb", 5)
+    backend.close()
+
+
+def test_model_dimensions_differ_from_the_mapping():
+    err = failing(mapping(dims=384), vector_dims=128)
+    assert one_sentence(err) == (
+        f"index 'qres-questions' at {URL} holds 384-dimensional vectors but the model makes 128: "
+        "rebuild it with `qres --backend elasticsearch index --rebuild CORPUS --model MODEL_DIR`"
+    )
+
+
+def test_upserted_vectors_differ_from_the_mapping():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping(dims=4))
+    backend = cluster.backend()
+    with pytest.raises(BackendError, match=r"^vectors have 8 dimensions but the index holds 4: "):
+        backend.upsert(QUESTIONS[:1], vectors_for(1, dim=8))
+    assert cluster.sent("PUT", "/_bulk") == []  # nothing was written
+    backend.close()
+
+
+def test_query_vector_checks():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
+    backend = cluster.backend()
+    with pytest.raises(BackendError, match="holds no vectors: index it with"):
+        backend.knn_search([1.0, 0.0], 3)
+    cluster.on("GET", "/qres-questions/_mapping", mapping(dims=4))
+    backend = cluster.backend()
+    with pytest.raises(BackendError, match="query vector has 2 dimensions but .* 4-dimensional"):
+        backend.search_rescored("usb", 3, [1.0, 0.0])
+
+
+def test_alias_over_several_indices():
+    both = {**mapping("qres-questions-v1"), **mapping("qres-questions-v2")}
+    message = one_sentence(failing(both))
+    assert "points at 2 indices (qres-questions-v1, qres-questions-v2)" in message
+
+
+def test_an_index_that_is_not_a_qres_index():
+    other = {"logs-1": {"mappings": {"properties": {"message": {"type": "text"}}}}}
+    assert "is not a qres index" in one_sentence(failing(other))
+
+
+def test_other_refusals_carry_the_servers_reason():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
+    backend = cluster.backend()
+    cluster.on(
+        "POST",
+        "/qres-questions/_search",
+        es_error(400, "search_phase_execution_exception", "all shards failed"),
+        status=400,
+    )
+    with pytest.raises(BackendError) as caught:
+        backend.search("usb", 5)
+    assert one_sentence(caught.value) == (
+        f"Elasticsearch at {URL} refused the request on qres-questions (HTTP 400, "
+        "search_phase_execution_exception: all shards failed): fix what it names and retry"
+    )
+    backend.close()
+
+
+# -- settings ----------------------------------------------------------------------------------
+
+
+def test_settings_come_from_env_then_file(monkeypatch, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "es.json").write_text(
+        json.dumps({"url": "http://file.test:9200", "user": "reader", "password": "from-file"})
+    )
+    config = load_config()
+    assert (config.url, config.user, config.password) == (
+        "http://file.test:9200",
+        "reader",
+        "from-file",
+    )
+    assert config.config_file == str(home / "es.json")
+    monkeypatch.setenv("QRES_ES_URL", "https://env.test:9200")
+    monkeypatch.setenv("QRES_ES_API_KEY", "a2V5OnNlY3JldA==")
+    config = load_config()
+    assert config.url == "https://env.test:9200" and config.auth_summary() == "API key ****"
+    assert load_config("http://arg.test:9200").url == "http://arg.test:9200"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "unreadable Elasticsearch settings"),
+        ('{"url": "http://x:9200", "pasword": "x"}', "unknown key(s) pasword"),
+        ('["http://x:9200"]', "expected a JSON object"),
+        ('{"url": "http://x:9200", "password": 1234}', "password must be string(s)"),
+    ],
+)
+def test_bad_config_file(tmp_path, content, problem):
+    path = tmp_path / "home" / "es.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    with pytest.raises(BackendError, match="^" + str(path) + ": ") as caught:
+        load_config()
+    assert problem in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"QRES_ES_URL": "localhost:9200"}, "is not an http(s) URL: set QRES_ES_URL like"),
+        ({"QRES_ES_USER": "elastic"}, "QRES_ES_USER is set ('elastic') but no password"),
+        ({"QRES_ES_CA_CERT": "/nonexistent/ca.crt"}, "CA certificate /nonexistent/ca.crt"),
+        ({"QRES_ES_TIMEOUT": "soon"}, "is not a number of seconds"),
+    ],
+)
+def test_bad_settings(monkeypatch, env, problem):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(BackendError) as caught:
+        EsBackend()
+    assert problem in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_bad_index_settings():
+    cluster = FakeCluster()
+    with pytest.raises(BackendError, match="^title_boost must be a number"):
+        cluster.backend(title_boost="high")
+    with pytest.raises(BackendError, match="^unknown analyzer 'french'"):
+        cluster.backend(analyzer="french")
+
+
+def test_secrets_stay_out_of_repr_describe_and_config():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping(dims=4))
+    cluster.on("GET", "/", {"cluster_name": "qres", "version": {"number": "8.19.3"}})
+    cluster.on("POST", "/qres-questions/_count", {"count": 5})
+    config = EsConfig(url=f"http://u:{PASSWORD}@es.test:9200", user="elastic", password=PASSWORD)
+    backend = cluster.backend(config)
+    described = backend.describe()
+    assert described["url"] == "http://***@es.test:9200"
+    assert described["auth"] == "basic (user 'elastic', password ****)"
+    assert (described["server_version"], described["documents"], described["vector_dim"]) == (
+        "8.19.3",
+        5,
+        4,
+    )
+    for text in (json.dumps(described), repr(backend), repr(config)):
+        assert PASSWORD not in text
+    key_config = EsConfig(url=URL, api_key="a2V5OnNlY3JldA==")
+    assert "a2V5OnNlY3JldA" not in repr(key_config) + key_config.auth_summary()
+    backend.close()
+
+
+# -- Kibana ------------------------------------------------------------------------------------
+
+CONFIG = EsConfig(url=URL, user="elastic", password=PASSWORD)
+
+
+def test_kibana_connection_refused_is_real():
+    url = f"http://127.0.0.1:{unused_port()}"
+    with pytest.raises(KibanaError) as caught:
+        import_saved_objects(url, b"{}\n", CONFIG)
+    assert one_sentence(caught.value, url=url) == (
+        f"cannot reach Kibana at {url} (connection refused): start it (`docker compose up -d`) "
+        "or pass --kibana-url / set QRES_KIBANA_URL"
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "start"),
+    [
+        (
+            401,
+            {"message": "Unauthorized"},
+            "Kibana at http://kb.test:5601 rejected the credentials",
+        ),
+        (403, {"message": "forbidden"}, "Kibana at http://kb.test:5601 refused the import"),
+        (404, {}, "http://kb.test:5601 has no saved-objects API (HTTP 404)"),
+        (503, {}, "Kibana at http://kb.test:5601 is not ready yet"),
+        (500, {"message": "boom"}, "Kibana at http://kb.test:5601 answered HTTP 500 (boom)"),
+        (
+            200,
+            {
+                "success": False,
+                "successCount": 5,
+                "errors": [{"id": "qres", "type": "dashboard", "error": {"type": "unknown"}}],
+            },
+            "Kibana at http://kb.test:5601 imported 5 objects but refused 1: dashboard qres",
+        ),
+    ],
+)
+def test_kibana_answers(status, body, start):
+    with pytest.raises(KibanaError) as caught:
+        import_saved_objects(
+            "http://kb.test:5601", b"{}\n", CONFIG, http=RecordingHttp(status, body)
+        )
+    assert one_sentence(caught.value, url="http://kb.test:5601").startswith(start)
+
+
+def test_kibana_setup_command_prints_one_error_line(monkeypatch):
+    url = f"http://127.0.0.1:{unused_port()}"
+    result = CliRunner().invoke(kibana_setup, ["--kibana-url", url])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot reach Kibana at {url} (connection refused)")
+    assert "Traceback" not in result.output and result.output.count("\n") == 1
+    monkeypatch.setenv("QRES_KIBANA_URL", "kibana.local")
+    result = CliRunner().invoke(kibana_setup, [])
+    assert "Kibana URL 'kibana.local' is not an http(s) URL" in result.output
