@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from qres.backends.base import Backend, BackendError
 from qres.corpus import CorpusError, Question
@@ -93,6 +94,6 @@ def _record_model(backend: Backend, encoder) -> None:
         {
             "model_fingerprint": encoder.fingerprint,
             "vector_dim": encoder.dim,
-            "model_dir": str(encoder.path),
+            "model_dir": str(Path(encoder.model_dir).resolve()),
         }
     )

@@ -16,7 +16,7 @@ from qres.text import tokenize
 class TableEncoder:
     def __init__(self, directions: dict[str, int], dim: int = 4, fingerprint: str = "fake-model"):
         self.directions, self.dim, self.fingerprint = directions, dim, fingerprint
-        self.path = Path("/nonexistent/fake-model")
+        self.model_dir = Path("/nonexistent/fake-model")
         self.calls = 0
 
     def _vector(self, text: str) -> np.ndarray:
