@@ -27,6 +27,7 @@ from qres import paths
 from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend, BackendError
 from qres.corpus import FORMATS, CorpusError, ReadStats, read_corpus
+from qres.encoder import EncoderError
 
 console = Console(stderr=True, soft_wrap=True)
 stdout = Console()
@@ -52,7 +53,7 @@ class QresGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (BackendError, CorpusError) as err:
+        except (BackendError, CorpusError, EncoderError) as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:

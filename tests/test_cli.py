@@ -1,6 +1,7 @@
 """The command line as a user drives it (click's runner, a private QRES_HOME)."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -128,3 +129,30 @@ def test_help_teaches_with_examples(run):
     for command in ("index", "search", "evaluate", "download"):
         result = run(command, "--help")
         assert result.exit_code == 0 and "Example" in result.output, command
+
+
+def test_evaluate_askubuntu_format_with_qres_bm25(run):
+    """The AskUbuntu path end to end on the training fixture (same format as the real files)."""
+    fixture = Path(__file__).parent / "training" / "fixtures"
+    result = run(
+        "--json",
+        "evaluate",
+        "--dataset",
+        "askubuntu",
+        "--split",
+        "dev",
+        "--data-dir",
+        fixture,
+        "--corpus",
+        fixture / "askubuntu" / "text_tokenized.txt",
+        "--ranker",
+        "bm25",
+    )
+    (bm25,) = json.loads(result.output)
+    assert bm25["metrics"]["queries"] > 0
+    assert 0 < bm25["metrics"]["MAP"] <= 100
+
+
+def test_evaluate_askubuntu_qres_ranker_needs_the_corpus(run):
+    result = run("evaluate", "--dataset", "askubuntu", "--ranker", "bm25")
+    assert result.exit_code == 1 and "--corpus" in result.output

@@ -1,0 +1,245 @@
+"""Training data for the encoders: labelled queries, negatives, a dev set, token batches.
+
+Two datasets:
+
+* ``semeval2016`` — train = train-part1 CSV + train-part2 XML, dev = the dev XML. Positives
+  are the PerfectMatch/Relevant candidates; the query's Irrelevant candidates are hard
+  negatives, topped up with random train questions. Dev queries without a relevant
+  candidate count with AP 0 (the official scorer).
+* ``askubuntu`` (Lei et al. 2016 layout) — ``text_tokenized.txt[.gz]`` (``id\\ttitle\\tbody``),
+  ``train_random.txt`` (query, similar ids, random ids), ``dev.txt``. The negatives are
+  drawn from the query's random ids; dev queries without a similar candidate are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from qres.corpus import CorpusError, Question, read_corpus
+from qres.datasets import (
+    RankingQuery,
+    TrainQuery,
+    load_askubuntu_eval,
+    load_semeval_csv,
+    load_semeval_xml,
+    read_askubuntu_train,
+)
+from qres.paths import data_dir as qres_data_dir
+from qres.paths import repo_shared_data
+from qres.text import tokenize
+from qres.vocab import Vocab, pad_batch
+
+DATASETS = ("semeval2016", "askubuntu")
+DATA_SUBDIR = {"semeval2016": "semeval2016-task3", "askubuntu": "askubuntu"}
+SEMEVAL_FILES = {
+    "train1": "train-part1-subtaskB.csv",
+    "train2": "SemEval2016-Task3-CQA-QL-train-part2.xml",
+    "dev": "SemEval2016-Task3-CQA-QL-dev.xml",
+}
+
+HardNegatives = Callable[[Question], Sequence[str]]
+
+
+@dataclass
+class TrainingData:
+    name: str
+    questions: dict[str, Question]  # the text of every id below
+    train: list[TrainQuery]
+    dev: list[RankingQuery]
+    pool: list[str]  # random negatives are drawn from these
+    hard_in_file: bool  # TrainQuery.negatives are hard (always used) rather than random
+    skip_dev_without_relevant: bool
+    vocab_ids: list[str] = field(default_factory=list)  # questions whose words build the vocab
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Example:
+    query: str
+    positive: str
+    negatives: list[str]
+
+
+def default_data_dir(dataset: str) -> Path:
+    """``../shared/data/<dataset>`` beside a checkout if present, else the qres download dir."""
+    shared = repo_shared_data() / DATA_SUBDIR[dataset]
+    return shared if shared.exists() else qres_data_dir() / DATA_SUBDIR[dataset]
+
+
+def load_dataset(dataset: str, data_dir: str | Path | None = None) -> TrainingData:
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
+    folder = Path(data_dir) if data_dir else default_data_dir(dataset)
+    if not folder.is_dir():
+        raise CorpusError(folder, None, f"{dataset} data directory not found")
+    return load_semeval2016(folder) if dataset == "semeval2016" else load_askubuntu(folder)
+
+
+def load_semeval2016(folder: Path) -> TrainingData:
+    parts = [load_semeval_csv(folder / SEMEVAL_FILES["train1"])]
+    parts.append(load_semeval_xml(folder / SEMEVAL_FILES["train2"]))
+    dev = load_semeval_xml(folder / SEMEVAL_FILES["dev"])
+    questions: dict[str, Question] = {}
+    train: list[TrainQuery] = []
+    for part in parts:
+        questions.update(part.questions)
+        for query in part.queries:
+            questions[query.id] = query.question
+            positives = [c for c in query.candidates if c in query.relevant]
+            irrelevant = [c for c in query.candidates if c not in query.relevant]
+            if positives:
+                train.append(TrainQuery(query.id, positives, irrelevant))
+    vocab_ids = list(questions)
+    pool = sorted({c for part in parts for q in part.queries for c in q.candidates})
+    questions.update(dev.questions)
+    for query in dev.queries:
+        questions[query.id] = query.question
+    return TrainingData(
+        name="semeval2016",
+        questions=questions,
+        train=train,
+        dev=dev.queries,
+        pool=pool,
+        hard_in_file=True,
+        skip_dev_without_relevant=False,
+        vocab_ids=vocab_ids,
+        files=[str(folder / name) for name in SEMEVAL_FILES.values()],
+    )
+
+
+def load_askubuntu(folder: Path) -> TrainingData:
+    corpus = next(
+        (
+            folder / n
+            for n in ("text_tokenized.txt.gz", "text_tokenized.txt")
+            if (folder / n).exists()
+        ),
+        None,
+    )
+    if corpus is None:
+        raise CorpusError(folder / "text_tokenized.txt.gz", None, "AskUbuntu corpus not found")
+    questions = {q.id: q for q in read_corpus(corpus, fmt="askubuntu")}
+    train = list(read_askubuntu_train(folder / "train_random.txt"))
+    dev = load_askubuntu_eval(folder / "dev.txt")
+    for where, ids in [("train_random.txt", _train_ids(train)), ("dev.txt", _dev_ids(dev))]:
+        missing = sorted(set(ids) - questions.keys())
+        if missing:
+            raise CorpusError(
+                folder / where, None, f"{len(missing)} ids not in the corpus, e.g. {missing[0]}"
+            )
+    return TrainingData(
+        name="askubuntu",
+        questions=questions,
+        train=[q for q in train if q.positives],
+        dev=dev,
+        pool=sorted(questions),
+        hard_in_file=False,
+        skip_dev_without_relevant=True,
+        vocab_ids=list(questions),  # the whole corpus, as Lei et al.
+        files=[str(corpus), str(folder / "train_random.txt"), str(folder / "dev.txt")],
+    )
+
+
+def _train_ids(train: list[TrainQuery]):
+    for q in train:
+        yield q.id
+        yield from q.positives
+        yield from q.negatives
+
+
+def _dev_ids(dev: list[RankingQuery]):
+    for q in dev:
+        yield q.id
+        yield from q.candidates
+
+
+def vocab_sentences(data: TrainingData) -> list[list[str]]:
+    """Title and body tokens of the vocabulary questions (see ``training.vectors``)."""
+    sentences = []
+    for qid in data.vocab_ids:
+        q = data.questions[qid]
+        sentences += [tokenize(q.title), tokenize(q.body)]
+    return [s for s in sentences if s]
+
+
+def epoch_examples(
+    data: TrainingData,
+    rng: np.random.Generator,
+    n_negatives: int = 20,
+    hard_negatives: HardNegatives | None = None,
+    hard_cache: dict[str, list[str]] | None = None,
+) -> list[Example]:
+    """One epoch of (query, positive, negatives) triples, shuffled, negatives resampled.
+
+    Hard negatives (SemEval's Irrelevant candidates, or ``hard_negatives(question)`` — e.g.
+    BM25 hits from an index) fill at most half of the ``n_negatives``; random ones the rest.
+    """
+    hard_cache = hard_cache if hard_cache is not None else {}
+    examples = []
+    for query in data.train:
+        excluded = {query.id, *query.positives}
+        hard = list(query.negatives) if data.hard_in_file else []
+        if hard_negatives is not None:
+            if query.id not in hard_cache:
+                hard_cache[query.id] = list(hard_negatives(data.questions[query.id]))
+            hard += [h for h in hard_cache[query.id] if h in data.questions]
+        hard = list(dict.fromkeys(h for h in hard if h not in excluded))
+        random_from = query.negatives if not data.hard_in_file and query.negatives else data.pool
+        for positive in query.positives:
+            chosen = _sample(hard, min(len(hard), n_negatives // 2), rng)
+            taken = excluded | set(chosen)
+            chosen += _sample_excluding(random_from, n_negatives - len(chosen), taken, rng)
+            examples.append(Example(query.id, positive, chosen))
+    order = rng.permutation(len(examples))
+    return [examples[i] for i in order]
+
+
+def _sample(items: list[str], k: int, rng: np.random.Generator) -> list[str]:
+    return [items[i] for i in rng.choice(len(items), size=k, replace=False)] if k else []
+
+
+def _sample_excluding(items: Sequence[str], k: int, excluded: set[str], rng) -> list[str]:
+    chosen: list[str] = []
+    seen = set(excluded)
+    for _ in range(20 * k):  # rejection sampling; pools are far larger than k
+        if len(chosen) == k:
+            break
+        item = items[int(rng.integers(len(items)))]
+        if item not in seen:
+            seen.add(item)
+            chosen.append(item)
+    return chosen
+
+
+class TokenizedQuestions:
+    """Title/body ids of each question, computed once and padded into tensors on demand."""
+
+    def __init__(self, questions: dict[str, Question], vocab: Vocab, title_max: int, body_max: int):
+        self.questions, self.vocab = questions, vocab
+        self.title_max, self.body_max = title_max, body_max
+        self._ids: dict[str, tuple[list[int], list[int]]] = {}
+
+    def ids(self, qid: str) -> tuple[list[int], list[int]]:
+        if qid not in self._ids:
+            q = self.questions[qid]
+            self._ids[qid] = self.vocab.encode_question(
+                q.title, q.body, self.title_max, self.body_max
+            )
+        return self._ids[qid]
+
+    def batch(self, qids: Sequence[str], device: torch.device) -> tuple[torch.Tensor, ...]:
+        """(title_ids, title_mask, body_ids, body_mask) tensors for ``qids`` in order."""
+        return encode_id_lists([self.ids(q) for q in qids], device)
+
+
+def encode_id_lists(pairs: Sequence[tuple[list[int], list[int]]], device) -> tuple:
+    title_ids, title_mask = pad_batch([t for t, _ in pairs])
+    body_ids, body_mask = pad_batch([b for _, b in pairs])
+    return tuple(
+        torch.from_numpy(a).to(device) for a in (title_ids, title_mask, body_ids, body_mask)
+    )

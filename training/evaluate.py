@@ -1,0 +1,46 @@
+"""Rerank each dev query's candidates by cosine similarity and score MAP, MRR, P@1, P@5.
+
+``encode`` is any function from questions to unit vectors [n, dim]: the torch model during
+training, or ``qres.encoder.Encoder.encode_questions`` for an exported model, so the same
+code scores both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from qres.corpus import Question
+from qres.datasets import RankingQuery
+from qres.metrics import summarize
+
+Encode = Callable[[Sequence[Question]], np.ndarray]
+
+
+def rank_candidates(
+    queries: Sequence[RankingQuery], questions: dict[str, Question], encode: Encode
+) -> list[list[bool]]:
+    """Per query, the relevance of its candidates sorted by descending cosine (stable)."""
+    ids = list(dict.fromkeys(i for q in queries for i in (q.id, *q.candidates)))
+    own = {q.id: q.question for q in queries if q.question is not None}
+    texts = [questions[i] if i in questions else own[i] for i in ids]
+    vectors = encode(texts)
+    row = {qid: n for n, qid in enumerate(ids)}
+    rankings = []
+    for q in queries:
+        scores = vectors[[row[c] for c in q.candidates]] @ vectors[row[q.id]]
+        order = np.argsort(-scores, kind="stable")
+        rankings.append([q.candidates[i] in q.relevant for i in order])
+    return rankings
+
+
+def evaluate(
+    queries: Sequence[RankingQuery],
+    questions: dict[str, Question],
+    encode: Encode,
+    skip_without_relevant: bool,
+) -> dict[str, float]:
+    """MAP, MRR, P@1, P@5 in percent (and the number of queries scored)."""
+    rankings = rank_candidates(queries, questions, encode)
+    return summarize(rankings, skip_without_relevant=skip_without_relevant)
