@@ -4,11 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from qres.cli import _register_optional_commands, cli
-
-_register_optional_commands()
 
 CORPUS = (
     "id\ttitle\tbody\ttags\n"
@@ -16,18 +11,6 @@ CORPUS = (
     "a2\tWifi keeps disconnecting\tEvery ten minutes on 22.04.\twifi\n"
     "a3\tMake a bootable pendrive for Ubuntu\tWhich tool writes the iso?\tusb\n"
 )
-
-
-@pytest.fixture
-def run(tmp_path, monkeypatch):
-    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("QRES_BACKEND", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-    return invoke
 
 
 @pytest.fixture

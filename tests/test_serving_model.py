@@ -7,28 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from qres.cli import _register_optional_commands, cli
 from qres.encoder import fingerprint, graph_files
-
-_register_optional_commands()
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "qres" / "models" / "default"
 DEMO = REPO / "qres" / "data" / "demo"
-
-
-@pytest.fixture
-def run(tmp_path, monkeypatch):
-    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("QRES_BACKEND", raising=False)
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-    return invoke
 
 
 def usb_group() -> set[str]:
