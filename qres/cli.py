@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -433,7 +434,7 @@ def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"
             )
-        with backend or _Nothing():
+        with backend or nullcontext():
             if dataset == "semeval2016":
                 evaluations.append(
                     ev.evaluate_semeval(data_dir, split, ranker, backend, encoder, fusion)
@@ -518,14 +519,6 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
             f"fusion = {fusion.bm25:.3f} * bm25/top + {fusion.cosine:.3f} * cosine "
             f"+ {fusion.bias:.3f}  (saved to {model / 'fusion.json'})"
         )
-
-
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 # -- info ---------------------------------------------------------------------------------

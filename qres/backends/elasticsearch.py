@@ -229,15 +229,20 @@ def _error_type(err: TransportApiError) -> str:
     return error.get("type", "") if isinstance(error, dict) else ""
 
 
+def _describe_error(error: dict) -> str:
+    """``type: reason (cause)`` of an Elasticsearch error object."""
+    reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
+    caused = error.get("caused_by")
+    if isinstance(caused, dict) and caused.get("reason"):
+        reason += f" ({caused['reason']})"
+    return reason
+
+
 def _error_reason(err: TransportApiError) -> str:
     body = err.body if isinstance(err.body, dict) else {}
     error = body.get("error")
     if isinstance(error, dict):
-        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
-        caused = error.get("caused_by")
-        if isinstance(caused, dict) and caused.get("reason"):
-            reason += f" ({caused['reason']})"
-        return _short(reason)
+        return _short(_describe_error(error))
     return _short(str(error or err.message))
 
 
@@ -976,11 +981,7 @@ class EsBackend(Backend):
 def _bulk_reason(info: dict) -> str:
     error = info.get("error")
     if isinstance(error, dict):
-        reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
-        caused = error.get("caused_by")
-        if isinstance(caused, dict) and caused.get("reason"):
-            reason += f" ({caused['reason']})"
-        return _short(reason, 160)
+        return _short(_describe_error(error), 160)
     if error:
         return _short(str(error), 160)
     return f"HTTP {info.get('status')}"
