@@ -8,7 +8,6 @@ import os
 import shutil
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
@@ -358,9 +357,30 @@ def _default_data_dir() -> Path:
     return shared if shared.exists() else paths.data_dir()
 
 
+def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
+    """``--accuracy-at 1,5 --accuracy-at 10`` → (1, 5, 10)."""
+    cutoffs = set()
+    for value in values:
+        for part in value.split(","):
+            if not part.strip().isdigit() or int(part) < 1:
+                raise click.BadParameter(f"{part.strip()!r} is not a whole number k >= 1")
+            cutoffs.add(int(part))
+    return tuple(sorted(cutoffs))
+
+
+def _open_eval_index(obj: Context, name: str) -> Backend:
+    return obj.open(
+        create=True,
+        index_dir=paths.home() / "eval" / name,
+        index=f"qres-eval-{name}".lower(),  # Elasticsearch: never the live index
+    )
+
+
 @cli.command()
 @json_option
-@click.option("--dataset", type=click.Choice(["askubuntu", "semeval2016"]), required=True)
+@click.option(
+    "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
+)
 @click.option(
     "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
 )
@@ -368,25 +388,43 @@ def _default_data_dir() -> Path:
     "--ranker",
     "rankers",
     multiple=True,
-    type=click.Choice(["given-order", "bm25", "dense", "hybrid"]),
+    type=click.Choice(["given-order", "bm25", "dense", "hybrid", "bow-cnn"]),
     help="Repeatable. given-order = the dataset's own order (AskUbuntu's Lucene BM25, SemEval's "
-    "search engine) [default: given and bm25, plus dense and hybrid with --model].",
+    "search engine; Android has none); bow-cnn = a BOW-CNN model's similarity "
+    "[default: given and bm25, plus dense and hybrid with --model, or bow-cnn with a "
+    "BOW-CNN --model].",
 )
-@click.option("--model", type=click.Path(file_okay=False, path_type=Path), help="Model directory.")
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory (an encoder or a BOW-CNN export).",
+)
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Holds askubuntu/ and semeval2016-task3/ [default: ../shared/data of a source "
-    "checkout, else the `qres download` dir].",
+    "checkout, else the `qres download` dir]; for android, the directory of corpus.tsv.gz "
+    "and the pair files [default: android/ in that dir].",
 )
 @click.option(
     "--corpus",
     type=click.Path(dir_okay=False, path_type=Path),
     help="AskUbuntu text_tokenized.txt(.gz): needed to rank AskUbuntu with qres itself.",
 )
+@click.option(
+    "--accuracy-at",
+    "accuracy_at",
+    multiple=True,
+    metavar="K[,K...]",
+    callback=_accuracy_cutoffs,
+    help="Also rank the whole corpus for each query with a relevant question (the query "
+    "left out) and report Acc@K, the percent with one in the top K. Repeatable.",
+)
 @click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
 @click.pass_obj
-def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per_query):
+def evaluate(
+    obj: Context, dataset, split, rankers, model, data_dir, corpus, accuracy_at, per_query
+):
     """Score rankers on a labelled benchmark: MAP, MRR, P@1, P@5 (percent).
 
     \b
@@ -394,54 +432,96 @@ def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per
                  among their 20 candidates are left out, as in the paper.
     semeval2016  SemEval-2016 Task 3 subtask B; MAP over each question's 10
                  related questions, a question with none relevant scoring 0.
+    android      Shah et al. 2018's transfer target: DIR/corpus.tsv.gz (id, title,
+                 body) with dev|test.pos.txt and .neg.txt ("query_id candidate_id"
+                 lines). Adds AUC(0.05) over all labelled pairs; MAP and the rest
+                 rank each query's labelled candidates.
     The qres rankers run the production search path restricted to each query's
     candidates, over an evaluation index kept under $QRES_HOME/eval.
+    --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
+    whole corpus (SemEval: all related questions; AskUbuntu: the --corpus file;
+    Android: its corpus). given-order has no Acc@K.
 
     \b
     Examples:
       qres evaluate --dataset askubuntu --split test
       qres evaluate --dataset semeval2016 --split dev --ranker given-order --ranker bm25
       qres evaluate --dataset semeval2016 --model runs/gru/model
+      qres evaluate --dataset android --data-dir data/android --split test --ranker bm25
+      qres evaluate --dataset askubuntu --corpus text_tokenized.txt.gz --accuracy-at 1,5,10
+      qres evaluate --dataset android --data-dir data/android --model runs/bowcnn/model
     """
+    from contextlib import ExitStack
+
     from qres import evaluate as ev
     from qres.fusion import Fusion
 
-    data_dir = data_dir or _default_data_dir()
-    encoder = _load_encoder(model) if model else None
+    if data_dir is None:
+        data_dir = _default_data_dir() / ("android" if dataset == "android" else "")
+    bowcnn = False
+    if model is not None:
+        from qres.bowcnn import BowCnnScorer, is_bowcnn_model
+
+        bowcnn = is_bowcnn_model(model)
     if not rankers:
-        rankers = ("given-order", "bm25") + (("dense", "hybrid") if encoder else ())
-    if any(r in ("dense", "hybrid") for r in rankers) and encoder is None:
-        raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
-    if dataset == "askubuntu" and split == "train":
+        rankers = ("given-order", "bm25")
+        if model:  # a BOW-CNN's dense vectors would be its CNN half alone
+            rankers += ("bow-cnn",) if bowcnn else ("dense", "hybrid")
+        if dataset == "android":
+            rankers = tuple(r for r in rankers if r != "given-order")
+    if dataset != "semeval2016" and split == "train":
         raise click.BadParameter(
-            "AskUbuntu has no labelled train split to evaluate on", param_hint="--split"
+            f"{dataset} has no labelled train split to evaluate on", param_hint="--split"
         )
+    if dataset == "android" and "given-order" in rankers:
+        raise click.BadParameter("Android pairs have no given order", param_hint="--ranker")
+    if "bow-cnn" in rankers and not bowcnn:
+        raise click.BadParameter(
+            "bow-cnn needs --model DIR of a BOW-CNN export", param_hint="--ranker"
+        )
+    wants_vectors = any(r in ("dense", "hybrid") for r in rankers)
+    encoder = _load_encoder(model) if model and (wants_vectors or not bowcnn) else None
+    if wants_vectors and encoder is None:
+        raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
+    scorer = BowCnnScorer.load(model) if "bow-cnn" in rankers else None
+    key = "bm25" if encoder is None else encoder.fingerprint[:16]
+    source = corpus if dataset == "askubuntu" else data_dir if dataset == "android" else None
+    if source is not None:
+        key += "-" + hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]
+    fusion = Fusion.load(model) if encoder is not None else None
     evaluations = []
     for ranker in rankers:
-        backend = None
-        if ranker != "given-order":
-            key = "bm25" if encoder is None else encoder.fingerprint[:16]
-            if corpus is not None:
-                key += "-" + hashlib.sha1(str(corpus.resolve()).encode()).hexdigest()[:8]
-            backend = obj.open(
-                create=True,
-                index_dir=paths.home() / "eval" / f"{dataset}-{key}",
-                index=f"qres-eval-{dataset}-{key}".lower(),  # Elasticsearch: never the live index
-            )
-        fusion = Fusion.load(model) if model else None
         if ranker == "hybrid" and fusion and fusion.tuned_on == f"{dataset}/{split}":
             console.print(
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"
             )
-        with backend or nullcontext():
+        with ExitStack() as indexes:
+            backend = corpus_backend = None
+            if ranker in ("bm25", "dense", "hybrid"):
+                backend = indexes.enter_context(_open_eval_index(obj, f"{dataset}-{key}"))
+                if dataset == "askubuntu" and accuracy_at and corpus is not None:
+                    # Acc@k ranks the whole corpus file, kept apart from the candidates' index.
+                    corpus_backend = indexes.enter_context(
+                        _open_eval_index(obj, f"askubuntu-all-{key}")
+                    )
+            common = {
+                "ranker": ranker,
+                "backend": backend,
+                "encoder": encoder,
+                "fusion": fusion,
+                "scorer": scorer,
+                "accuracy_at": accuracy_at,
+            }
             if dataset == "semeval2016":
-                evaluations.append(
-                    ev.evaluate_semeval(data_dir, split, ranker, backend, encoder, fusion)
-                )
+                evaluations.append(ev.evaluate_semeval(data_dir, split, **common))
+            elif dataset == "android":
+                evaluations.append(ev.evaluate_android(data_dir, split, **common))
             else:
                 evaluations.append(
-                    ev.evaluate_askubuntu(data_dir, split, ranker, backend, encoder, fusion, corpus)
+                    ev.evaluate_askubuntu(
+                        data_dir, split, corpus=corpus, corpus_backend=corpus_backend, **common
+                    )
                 )
     if obj.as_json:
         obj.emit(
@@ -449,18 +529,27 @@ def evaluate(obj: Context, dataset, split, rankers, model, data_dir, corpus, per
         )
         return
     # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
-    decimals = 1 if dataset == "askubuntu" else 2
+    decimals = 2 if dataset == "semeval2016" else 1
+    columns = ["MAP", "MRR", "P@1", "P@5"]
+    columns += [ev.AUC_COLUMN] if dataset == "android" else []
+    columns += [ev.accuracy_column(k) for k in accuracy_at]
     table = Table(title=f"{dataset} {split}", title_justify="left")
-    for column in ("ranker", "MAP", "MRR", "P@1", "P@5", "queries"):
-        table.add_column(column, justify="right" if column != "ranker" else "left")
+    table.add_column("ranker", no_wrap=True, min_width=len("given-order"))
+    for column in (*columns, "queries"):
+        table.add_column(column, justify="right")
     for e in evaluations:
         m = e.metrics
-        table.add_row(
-            e.ranker,
-            *(f"{m[c]:.{decimals}f}" for c in ("MAP", "MRR", "P@1", "P@5")),
-            str(m["queries"]),
-        )
+        cells = ("–" if m[c] is None else f"{m[c]:.{decimals}f}" for c in columns)
+        table.add_row(e.ranker, *cells, str(m["queries"]))
     stdout.print(table)
+    if accuracy_at:
+        asked = evaluations[0].metrics["accuracy_queries"]
+        console.print(
+            f"Acc@k: percent of the {asked} queries with a relevant question that find one "
+            "among the first k of the whole corpus (the query itself left out)"
+        )
+        if "given-order" in rankers:
+            console.print("given-order ranks only each query's shipped candidates: no Acc@k")
     if per_query:
         for e in evaluations:
             detail = Table(title=f"{e.ranker}: per query", title_justify="left")
@@ -569,9 +658,11 @@ def _register_optional_commands() -> None:
     """Commands that live in other modules (none of them imports torch at import time)."""
     from qres.download import download_command
     from qres.kibana import kibana_setup
+    from qres.tags import tags_command
 
     cli.add_command(download_command)
     cli.add_command(kibana_setup)
+    cli.add_command(tags_command)
     try:
         from training.commands import export_onnx, train
     except ImportError:  # an install without the training package

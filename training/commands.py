@@ -9,7 +9,7 @@ import click
 
 TORCH_MISSING = "torch is not installed: pip install 'qres[train]'"
 
-ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru")  # training.encoders.ENCODERS
+ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn")  # + training.bowcnn
 DATASET_CHOICES = ("semeval2016", "askubuntu")  # training.data.DATASETS
 
 
@@ -54,7 +54,9 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     type=click.Choice(ENCODER_CHOICES),
     default="rcnn",
     show_default=True,
-    help="rcnn (gated-decay recurrent CNN, Lei et al. 2016), gru, lstm, cnn, bigru.",
+    help="rcnn (gated-decay recurrent CNN, Lei et al. 2016), gru, lstm, cnn, bigru, or "
+    "bowcnn (dos Santos et al. 2015: β·cos(IDF-weighted bag of words) + (1-β)·cos(CNN), "
+    "trained with log(1+exp(-γΔ))).",
 )
 @click.option(
     "--hidden",
@@ -131,6 +133,64 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     help="Same seed, same data and device: same run.",
 )
 @click.option(
+    "--pretrain",
+    "pretrain_epochs",
+    type=int,
+    is_flag=False,
+    flag_value=3,
+    default=0,
+    help="First pre-train the encoder as an encoder-decoder P(title | body), P(title | title) "
+    "on the training questions (Lei et al. 2016, Sec. 4.2) for 3 epochs, or --pretrain=N; "
+    "held-out perplexity and dev MAP before/after are kept in run.json.",
+)
+@click.option(
+    "--pretrain-vocab",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="Words the pre-training decoder predicts (the rest as <unk>).",
+)
+@click.option(
+    "--adapt-to",
+    type=click.Path(exists=True, path_type=Path),
+    help="Unlabelled target corpus (any `qres index` format, or an Android-layout folder: "
+    "corpus.tsv.gz + dev.pos.txt/dev.neg.txt): adversarial domain adaptation with a "
+    "gradient-reversal domain classifier. Target labels, if any, are only reported "
+    "(AUC(0.05) or MAP).",
+)
+@click.option(
+    "--adapt-lambda",
+    type=float,
+    default=0.1,
+    show_default=True,
+    help="λ: how strongly the reversed domain gradient pushes the encoder (0 = direct "
+    "transfer, the classifier then only measures how separable the domains are).",
+)
+@click.option(
+    "--domain-batch",
+    type=int,
+    default=32,
+    show_default=True,
+    help="Source and target questions per step for the domain classifier, each.",
+)
+@click.option(
+    "--tags",
+    is_flag=True,
+    help="Train a multi-label tag head jointly (corpus tags; Qatar Living's category): "
+    "loss = α·ranking + β·tags. Held-out P@5/R@5/MAP are compared with a TF-IDF "
+    "logistic-regression baseline; export-onnx ships the head for `qres tags`.",
+)
+@click.option("--tag-alpha", type=float, default=1.0, show_default=True, help="α of --tags.")
+@click.option("--tag-beta", type=float, default=1.0, show_default=True, help="β of --tags.")
+@click.option(
+    "--bow-beta",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="bowcnn: weight of the bag-of-words cosine (the CNN's is 1 - this).",
+)
+@click.option("--gamma", type=float, default=10.0, show_default=True, help="bowcnn: γ of the loss.")
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -157,6 +217,8 @@ def train(out_dir: Path, resume: bool, **options) -> None:
     console = Console(stderr=True)
     settings = {k: v for k, v in options.items() if v is not None}
     settings["data_dir"] = str(settings["data_dir"]) if "data_dir" in settings else None
+    if "adapt_to" in settings:
+        settings["adapt_to"] = str(settings["adapt_to"])
     try:
         config = TrainConfig(**settings)
         run = run_training(config, out_dir, resume=resume, console=console)
@@ -166,12 +228,34 @@ def train(out_dir: Path, resume: bool, **options) -> None:
         console.print(f"interrupted: the last finished epoch is kept in {out_dir} (--resume)")
         sys.exit(130)
     console.print(history_table(run))
+    _print_extras(console, run)
     best = run["dev_metrics"]
     if best:
         console.print(
             f"best epoch {run['best_epoch']}: dev MAP {best['MAP']:.2f}, MRR {best['MRR']:.2f}, "
             f"P@1 {best['P@1']:.2f} in {run['train_seconds']:.0f}s; "
             f"next: qres export-onnx {out_dir} --out models/{out_dir.name}"
+        )
+
+
+def _print_extras(console, run: dict) -> None:
+    """What pre-training and tag prediction gave, next to their references."""
+    pre = run.get("pretrain")
+    if pre and pre.get("history"):
+        before, after = pre["dev_before_pretraining"], pre.get("dev_after_pretraining", {})
+        ppl = pre["history"][-1]["heldout_perplexity"]
+        console.print(
+            f"pre-training: held-out perplexity {ppl:.1f}; dev MAP {before['MAP']:.2f} "
+            f"(untrained) -> {after.get('MAP', float('nan')):.2f} (pre-trained) -> "
+            f"{run['dev_metrics'].get('MAP', float('nan')):.2f} (fine-tuned)"
+        )
+    base = run.get("tag_baseline")
+    best = next((r for r in run["history"] if r["epoch"] == run["best_epoch"]), None)
+    if base and best and "tag_MAP" in best:
+        console.print(
+            f"tags (held-out, {base['questions']} questions): head P@5 {best['tag_P@5']:.2f} "
+            f"R@5 {best['tag_R@5']:.2f} MAP {best['tag_MAP']:.2f}; TF-IDF logistic regression "
+            f"P@5 {base['P@5']:.2f} R@5 {base['R@5']:.2f} MAP {base['MAP']:.2f}"
         )
 
 
@@ -199,12 +283,16 @@ def export_onnx(run_dir: Path, out_dir: Path) -> None:
     _import_training()
     from training.export import ExportError
     from training.export import export_onnx as run_export
+    from training.tags import export_head
     from training.train import TrainError
 
     try:
         card = run_export(run_dir, out_dir)
+        n_tags = export_head(run_dir, out_dir)
     except (TrainError, ExportError) as err:
         _fail(str(err))
+    if n_tags:
+        click.echo(f"wrote the tag head ({n_tags} tags) for `qres tags --model {out_dir}`")
     click.echo(
         f"wrote {out_dir}: {card['architecture']} dim {card['dim']}, vocab {card['vocab_size']}, "
         f"parity error {card['export']['parity_max_abs_error']:.1e}, "

@@ -13,7 +13,7 @@ Two datasets:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,9 +160,13 @@ def _dev_ids(dev: list[RankingQuery]):
 
 def vocab_sentences(data: TrainingData) -> list[list[str]]:
     """Title and body tokens of the vocabulary questions (see ``training.vectors``)."""
+    return question_sentences(data.questions[qid] for qid in data.vocab_ids)
+
+
+def question_sentences(questions: Iterable[Question]) -> list[list[str]]:
+    """The non-empty title and body token lists of ``questions``."""
     sentences = []
-    for qid in data.vocab_ids:
-        q = data.questions[qid]
+    for q in questions:
         sentences += [tokenize(q.title), tokenize(q.body)]
     return [s for s in sentences if s]
 

@@ -10,6 +10,9 @@ With separate title and body encoders two graphs are written, ``model.onnx`` (ti
 ``body.onnx``, each with the same inputs and output; the card's ``graphs`` names them.
 Every export is checked: onnxruntime must match torch within 1e-4 on random batches of
 1, 3 and 16 rows and lengths 1, 7 and the maximum.
+
+A BOW-CNN run (``training.bowcnn``) exports its CNN encoder this way and adds its learned
+bag-of-words weights, ``bow_weights.npy``, for ``qres.bowcnn.BowCnnScorer``.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from qres.bowcnn import BOW_WEIGHTS_FILE, SCORER, file_sha256
 from qres.encoder import CARD_FILE, CARD_FORMAT, VOCAB_FILE, fingerprint
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
+from training.bowcnn import is_bowcnn_run, load_bowcnn
 from training.encoders import FieldEncoder
 from training.train import load_trained
 
@@ -103,8 +108,37 @@ def parity_error(
 
 
 def export_onnx(source: str | Path, out_dir: str | Path) -> dict:
-    """Export a run directory (its best checkpoint) or a checkpoint file; returns the card."""
+    """Export a run directory (its best checkpoint) or a checkpoint file; returns the card.
+
+    A BOW-CNN run (run.json ``"scorer": "bow-cnn"``) exports its CNN encoder the same way,
+    plus ``bow_weights.npy`` (float32 [vocab]) and the card fields ``scorer``, ``beta`` and
+    ``bow_weights_sha256`` that ``qres.bowcnn.BowCnnScorer`` reads.
+    """
+    if is_bowcnn_run(source):
+        return _export_bowcnn(source, out_dir)
     model, vocab, run = load_trained(source)
+    return _export_encoder(model, vocab, run, out_dir)
+
+
+def _export_bowcnn(source: str | Path, out_dir: str | Path) -> dict:
+    model, vocab, run = load_bowcnn(source)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = model.bow_weight.detach().cpu().numpy().astype(np.float32)
+    np.save(out_dir / BOW_WEIGHTS_FILE, weights)
+    extra = {
+        "scorer": SCORER,
+        "beta": list(model.beta),
+        "bow_weights": BOW_WEIGHTS_FILE,
+        "bow_weights_sha256": file_sha256(out_dir / BOW_WEIGHTS_FILE),
+        "similarity": "beta[0] * cos(tf * bow_weights over title+body ids, pad and unk left "
+        "out) + beta[1] * cos(vector)",
+    }
+    return _export_encoder(model.encoder, vocab, run, out_dir, extra)
+
+
+def _export_encoder(model, vocab, run: dict, out_dir: str | Path, extra: dict | None = None):
+    """Write the graph(s), vocabulary and card of a ``QuestionEncoder``; returns the card."""
     model = model.eval().cpu()
     config = model.config
     out_dir = Path(out_dir)
@@ -154,6 +188,7 @@ def export_onnx(source: str | Path, out_dir: str | Path) -> dict:
             "python": platform.python_version(),
         },
         "fingerprint": fingerprint(out_dir, files),
+        **(extra or {}),
     }
     (out_dir / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     return card

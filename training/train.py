@@ -35,8 +35,17 @@ from rich.progress import (
 from rich.table import Table
 
 from qres.corpus import Question
+from qres.tags import TAG_METRICS
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
 from qres.vocab import Vocab
+from training.adapt import (
+    DomainClassifier,
+    TargetDomain,
+    classifier_accuracy,
+    heldout_split,
+    load_target,
+    target_auc,
+)
 from training.data import (
     Example,
     HardNegatives,
@@ -45,14 +54,18 @@ from training.data import (
     encode_id_lists,
     epoch_examples,
     load_dataset,
+    question_sentences,
     vocab_sentences,
 )
 from training.encoders import EncoderConfig, QuestionEncoder
 from training.evaluate import evaluate
 from training.losses import DEFAULT_MARGIN, max_margin_loss
+from training.pretrain import pretrain
+from training.tags import TagHead, head_metrics, tag_labels, tagged_split, tfidf_baseline
 from training.vectors import build_vocab, load_vectors
 
 RUN_FILE, VOCAB_FILE, LAST_FILE, BEST_FILE = "run.json", "vocab.txt", "last.pt", "best.pt"
+PRETRAINED_FILE = "pretrained.pt"  # the encoder after pre-training, before fine-tuning
 METRICS = ("MAP", "MRR", "P@1", "P@5")
 
 
@@ -88,6 +101,21 @@ class TrainConfig:
     device: str = "auto"
     title_max: int = TITLE_MAX_TOKENS
     body_max: int = BODY_MAX_TOKENS
+    # Encoder-decoder pre-training (Lei et al. 2016, Sec. 4.2): epochs before fine-tuning.
+    pretrain_epochs: int = 0
+    pretrain_vocab: int = 10_000  # decoder output words; rarer ones are predicted as <unk>
+    # Adversarial domain adaptation (gradient reversal): an unlabelled target corpus.
+    adapt_to: str | None = None
+    adapt_lambda: float = 0.1  # scale of the reversed domain-classifier gradient
+    domain_batch: int = 32  # source and target questions per step, each
+    # Joint tag prediction: loss = tag_alpha * ranking + tag_beta * tag cross-entropy.
+    tags: bool = False
+    tag_alpha: float = 1.0
+    tag_beta: float = 1.0
+    # BOW-CNN (dos Santos et al. 2015): s = bow_beta * cos(bow) + (1 - bow_beta) * cos(cnn),
+    # trained with log(1 + exp(-gamma * (s(q, p+) - s(q, p-)))).
+    bow_beta: float = 0.5
+    gamma: float = 10.0
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -133,20 +161,6 @@ def _candidate_rows(batch: list[Example], row: dict[str, int]) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def train_step(model, optimizer, batch, tokenized, device, config: TrainConfig) -> float:
-    ids = list(dict.fromkeys(i for e in batch for i in (e.query, e.positive, *e.negatives)))
-    row = {qid: n for n, qid in enumerate(ids)}
-    vectors = model(*tokenized.batch(ids, device))
-    queries = vectors[torch.tensor([row[e.query] for e in batch], device=device)]
-    candidates = vectors[_candidate_rows(batch, row).to(device)]
-    loss = max_margin_loss(queries, candidates, config.margin)
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
-    return loss.item()
-
-
 def _progress(console: Console, enabled: bool) -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -168,10 +182,13 @@ def _save_json(path: Path, value: dict) -> None:
     tmp.replace(path)
 
 
-def _new_run(config: TrainConfig, data: TrainingData, device) -> tuple:
-    """A fresh model, its vocabulary and run record (vectors loaded, vocabulary built)."""
+def _new_run(config: TrainConfig, data: TrainingData, device, extra_sentences=()) -> tuple:
+    """A fresh model, its vocabulary and run record (vectors loaded, vocabulary built).
+
+    ``extra_sentences`` (e.g. the unlabelled target domain's) also enter the vocabulary.
+    """
     torch.manual_seed(config.seed)
-    sentences = vocab_sentences(data)
+    sentences = vocab_sentences(data) + list(extra_sentences)
     vectors = load_vectors(config.vectors, sentences, config.seed, config.extra_vocab)
     vocab, table = build_vocab(
         sentences,
@@ -217,6 +234,113 @@ def _new_run(config: TrainConfig, data: TrainingData, device) -> tuple:
     return model, vocab, run
 
 
+@dataclass
+class Extras:
+    """The optional objectives beside the ranking loss, and what they need."""
+
+    tag_head: TagHead | None = None
+    tagged: tuple[list[Question], list[Question]] = ([], [])  # (training, held out)
+    domain: DomainClassifier | None = None
+    target: TargetDomain | None = None
+    target_tokens: TokenizedQuestions | None = None
+    source_ids: tuple[list[str], list[str]] = ([], [])  # (sampled for training, held out)
+    target_ids: tuple[list[str], list[str]] = ([], [])
+
+    def modules(self) -> dict[str, torch.nn.Module]:
+        found = {"tags": self.tag_head, "domain": self.domain}
+        return {name: m for name, m in found.items() if m is not None}
+
+
+def _extras(config: TrainConfig, data: TrainingData, target, vocab, encoder_config) -> Extras:
+    extras = Extras()
+    dim = encoder_config.output_dim
+    if config.tags:
+        train_tagged, held_tagged = tagged_split(data, config.seed)
+        if not train_tagged:
+            raise TrainError(f"--tags: no training question of {data.name} has tags")
+        extras.tag_head = TagHead(dim, tag_labels(train_tagged))
+        extras.tagged = (train_tagged, held_tagged)
+    if target is not None:
+        extras.domain = DomainClassifier(dim, config.adapt_lambda)
+        extras.target = target
+        extras.target_tokens = TokenizedQuestions(
+            target.questions, vocab, config.title_max, config.body_max
+        )
+        extras.source_ids = heldout_split(list(data.vocab_ids), config.seed, 1)
+        extras.target_ids = heldout_split(sorted(target.questions), config.seed, 2)
+    return extras
+
+
+def train_step(
+    model, optimizer, batch, tokenized, device, config: TrainConfig, extras=None, rng=None
+) -> dict[str, float]:
+    """One optimiser step; the losses (and the domain classifier's accuracy) of the batch."""
+    ids = list(dict.fromkeys(i for e in batch for i in (e.query, e.positive, *e.negatives)))
+    row = {qid: n for n, qid in enumerate(ids)}
+    vectors = model(*tokenized.batch(ids, device))
+    queries = vectors[torch.tensor([row[e.query] for e in batch], device=device)]
+    candidates = vectors[_candidate_rows(batch, row).to(device)]
+    ranking = max_margin_loss(queries, candidates, config.margin)
+    loss, out = ranking, {"loss": ranking.item()}
+    if extras is not None and extras.tag_head is not None:
+        tag_loss = extras.tag_head.loss(vectors, [tokenized.questions[i] for i in ids])
+        loss = config.tag_alpha * ranking + config.tag_beta * tag_loss
+        out["tag_loss"] = tag_loss.item()
+    if extras is not None and extras.domain is not None:
+        source = _sample_ids(extras.source_ids[0], config.domain_batch, rng)
+        target = _sample_ids(extras.target_ids[0], config.domain_batch, rng)
+        domain_loss, accuracy = extras.domain.loss(
+            model(*tokenized.batch(source, device)),
+            model(*extras.target_tokens.batch(target, device)),
+        )
+        loss = loss + domain_loss  # the reversal layer scales the encoder's share by -λ
+        out["domain_loss"], out["domain_accuracy"] = domain_loss.item(), 100 * accuracy
+    optimizer.zero_grad()
+    loss.backward()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    optimizer.step()
+    return out
+
+
+def _sample_ids(ids: list[str], k: int, rng: np.random.Generator) -> list[str]:
+    return [ids[i] for i in rng.choice(len(ids), size=min(k, len(ids)), replace=False)]
+
+
+def _extra_metrics(extras: Extras, encode, tokenized) -> dict:
+    """Held-out tag metrics, domain-classifier accuracy and target AUC/MAP after an epoch."""
+    out: dict = {}
+    if extras.tag_head is not None and extras.tagged[1]:
+        extras.tag_head.eval()
+        held = extras.tagged[1]
+        tags = head_metrics(extras.tag_head, encode(held), held)
+        out.update({f"tag_{m}": round(tags[m], 2) for m in TAG_METRICS})
+        extras.tag_head.train()
+    if extras.domain is not None:
+        extras.domain.eval()
+        source = encode([tokenized.questions[i] for i in extras.source_ids[1]])
+        target = encode([extras.target.questions[i] for i in extras.target_ids[1]])
+        device = next(extras.domain.parameters()).device
+        out["domain_heldout_accuracy"] = round(
+            classifier_accuracy(
+                extras.domain,
+                torch.from_numpy(source).to(device),
+                torch.from_numpy(target).to(device),
+            ),
+            2,
+        )
+        extras.domain.train()
+        if extras.target.pairs:
+            ids = sorted({i for q, c in extras.target.pairs.items() for i in (q, *c)})
+            vectors = dict(zip(ids, encode([extras.target.questions[i] for i in ids]), strict=True))
+            out["target_AUC0.05"] = round(target_auc(extras.target, vectors), 2)
+        if extras.target.ranking:
+            found = evaluate(extras.target.ranking, extras.target.questions, encode, True)
+            out["target_MAP"] = round(found["MAP"], 2)
+            out["target_queries"] = found["queries"]
+    return out
+
+
 def train(
     config: TrainConfig,
     out_dir: str | Path,
@@ -234,33 +358,59 @@ def train(
         raise TrainError(f"{out_dir}: nothing to resume (no {LAST_FILE})")
     if not resume and last_path.exists():
         raise TrainError(f"{out_dir} already holds a run: pass --resume or choose another --out")
-    device = resolve_device(config.device)
     if resume:
         run = json.loads((out_dir / RUN_FILE).read_text(encoding="utf-8"))
         epochs = config.epochs
         config = TrainConfig.from_dict(run["train"])
         config.epochs = max(epochs, config.epochs)
         run["train"]["epochs"] = config.epochs
+    if config.encoder == "bowcnn":
+        from training.bowcnn import train_bowcnn
+
+        return train_bowcnn(config, out_dir, resume, data, console, show_progress)
+    device = resolve_device(config.device)
     data = data or load_dataset(config.dataset, config.data_dir)
+    target = load_target(config.adapt_to) if config.adapt_to else None
     if resume:
         vocab = Vocab.load(out_dir / VOCAB_FILE)
         model = QuestionEncoder(EncoderConfig(**run["encoder"]))
         state = torch.load(last_path, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
     else:
-        model, vocab, run = _new_run(config, data, device)
+        extra = question_sentences(target.questions.values()) if target is not None else []
+        model, vocab, run = _new_run(config, data, device, extra)
+        if target is not None:
+            run["training"]["target"] = {"corpus": target.path, "questions": len(target.questions)}
         out_dir.mkdir(parents=True, exist_ok=True)
         vocab.save(out_dir / VOCAB_FILE)
         state = None
+    extras = _extras(config, data, target, vocab, model.config)
     model = model.to(device)
+    for name, module in extras.modules().items():
+        module.to(device)
+        if state is not None:
+            module.load_state_dict(state["extras"][name])
+    tokenized = TokenizedQuestions(data.questions, vocab, config.title_max, config.body_max)
+    encode = torch_encoder(model, vocab, device, config.title_max, config.body_max)
+
+    if config.pretrain_epochs and "pretrain" not in run:
+        _pretrain(
+            model, data, tokenized, config, device, encode, run, out_dir, console, show_progress
+        )
+
     trainable = [p for p in model.parameters() if p.requires_grad]
+    for module in extras.modules().values():
+        trainable += list(module.parameters())
     optimizer = torch.optim.Adam(trainable, lr=config.lr)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
+    if config.tags:
+        run["tag_labels"] = extras.tag_head.labels
+        if "tag_baseline" not in run and extras.tagged[1]:
+            baseline = tfidf_baseline(*extras.tagged)
+            run["tag_baseline"] = {"method": "tf-idf one-vs-rest logistic regression", **baseline}
     start_epoch = state["epoch"] + 1 if state is not None else 1
     bad_epochs = state["bad_epochs"] if state is not None else 0
-    tokenized = TokenizedQuestions(data.questions, vocab, config.title_max, config.body_max)
-    encode = torch_encoder(model, vocab, device, config.title_max, config.body_max)
     hard_cache: dict[str, list[str]] = {}
     best = run["dev_metrics"].get(config.early_stop, -1.0)
 
@@ -275,34 +425,48 @@ def train(
             for e in epoch_examples(data, rng, config.negatives, hard_negatives, hard_cache)
             if e.negatives
         ]
+        domain_rng = np.random.default_rng([config.seed, epoch, 3])
         model.train()
-        losses: list[float] = []
+        steps: list[dict[str, float]] = []
         with _progress(console, show_progress) as progress:
             task = progress.add_task(
                 f"epoch {epoch}/{config.epochs}", total=len(examples), loss=0.0, rate=0.0
             )
             for start in range(0, len(examples), config.batch_size):
                 batch = examples[start : start + config.batch_size]
-                losses.append(train_step(model, optimizer, batch, tokenized, device, config))
+                steps.append(
+                    train_step(
+                        model, optimizer, batch, tokenized, device, config, extras, domain_rng
+                    )
+                )
                 done = start + len(batch)
                 rate = done / max(time.perf_counter() - started, 1e-9)
-                progress.update(task, completed=done, loss=float(np.mean(losses)), rate=rate)
+                mean_loss = float(np.mean([s["loss"] for s in steps]))
+                progress.update(task, completed=done, loss=mean_loss, rate=rate)
         train_seconds = time.perf_counter() - started
         metrics = evaluate(data.dev, data.questions, encode, data.skip_dev_without_relevant)
+        extra_metrics = _extra_metrics(extras, encode, tokenized)
         seconds = time.perf_counter() - started
+        means = {k: round(float(np.mean([s[k] for s in steps])), 4) for k in (steps or [{}])[0]}
         record = {
             "epoch": epoch,
-            "loss": float(np.mean(losses)) if losses else 0.0,
+            "loss": means.get("loss", 0.0),
             **{m: round(metrics[m], 4) for m in METRICS},
+            **{k: v for k, v in means.items() if k != "loss"},
+            **extra_metrics,
             "examples_per_s": round(len(examples) / max(train_seconds, 1e-9), 1),
             "seconds": round(seconds, 2),
         }
         run["history"].append(record)
         run["train_seconds"] = round(run["train_seconds"] + seconds, 2)
+        extra_states = {name: m.state_dict() for name, m in extras.modules().items()}
         if metrics[config.early_stop] > best:
             best, bad_epochs = metrics[config.early_stop], 0
             run["best_epoch"], run["dev_metrics"] = epoch, {m: record[m] for m in METRICS}
-            torch.save({"model": model.state_dict(), "epoch": epoch}, out_dir / BEST_FILE)
+            torch.save(
+                {"model": model.state_dict(), "epoch": epoch, "extras": extra_states},
+                out_dir / BEST_FILE,
+            )
         else:
             bad_epochs += 1
         torch.save(
@@ -311,29 +475,87 @@ def train(
                 "optimizer": optimizer.state_dict(),
                 "epoch": epoch,
                 "bad_epochs": bad_epochs,
+                "extras": extra_states,
             },
             last_path,
         )
         _save_json(out_dir / RUN_FILE, run)
         if show_progress:
-            console.print(
-                f"epoch {epoch}: loss {record['loss']:.4f}  dev MAP {record['MAP']:.2f}  "
-                f"MRR {record['MRR']:.2f}  P@1 {record['P@1']:.2f}  ({seconds:.0f}s)"
-            )
+            console.print(_epoch_line(record, seconds))
     return run
+
+
+def _epoch_line(record: dict, seconds: float) -> str:
+    line = (
+        f"epoch {record['epoch']}: loss {record['loss']:.4f}  dev MAP {record['MAP']:.2f}  "
+        f"MRR {record['MRR']:.2f}  P@1 {record['P@1']:.2f}"
+    )
+    if "tag_MAP" in record:
+        line += f"  tags P@5 {record['tag_P@5']:.2f} MAP {record['tag_MAP']:.2f}"
+    if "domain_heldout_accuracy" in record:
+        line += f"  domain acc {record['domain_heldout_accuracy']:.1f}%"
+    for key in ("target_AUC0.05", "target_MAP"):
+        if key in record:
+            line += f"  {key} {record[key]:.2f}"
+    return line + f"  ({seconds:.0f}s)"
+
+
+def _pretrain(model, data, tokenized, config, device, encode, run, out_dir, console, show):
+    """Encoder-decoder pre-training, with dev metrics of the encoder before and after it."""
+    before = evaluate(data.dev, data.questions, encode, data.skip_dev_without_relevant)
+    run["pretrain"] = {
+        "dev_before_pretraining": {m: round(before[m], 4) for m in METRICS},
+        "history": [],
+    }
+
+    def on_epoch(record: dict) -> None:
+        run["pretrain"]["history"].append(record)
+        _save_json(out_dir / RUN_FILE, run)
+        if show:
+            console.print(
+                f"pre-train epoch {record['epoch']}: loss {record['loss']:.4f}  "
+                f"held-out perplexity {record['heldout_perplexity']:.1f}"
+            )
+
+    started = time.perf_counter()
+    with _progress(console, show) as progress:
+        pretrain(model, data.vocab_ids, tokenized, config, device, on_epoch, progress)
+    after = evaluate(data.dev, data.questions, encode, data.skip_dev_without_relevant)
+    run["pretrain"]["dev_after_pretraining"] = {m: round(after[m], 4) for m in METRICS}
+    run["pretrain"]["seconds"] = round(time.perf_counter() - started, 2)
+    torch.save({"model": model.state_dict()}, out_dir / PRETRAINED_FILE)
+    _save_json(out_dir / RUN_FILE, run)
+    if show:
+        console.print(
+            f"pre-trained encoder, before fine-tuning: dev MAP {after['MAP']:.2f} "
+            f"MRR {after['MRR']:.2f} (untrained: MAP {before['MAP']:.2f} MRR {before['MRR']:.2f})"
+        )
+
+
+OPTIONAL_COLUMNS = {  # shown when the run has them
+    "tag_MAP": "tag MAP",
+    "domain_heldout_accuracy": "domain acc",
+    "target_AUC0.05": "target AUC.05",
+    "target_MAP": "target MAP",
+}
 
 
 def history_table(run: dict) -> Table:
     """Dev metrics per epoch, the best epoch marked."""
     table = Table(title=f"{run['encoder']['kind']} on {run['training']['dataset']} (dev)")
-    for column in ("epoch", "loss", *METRICS, "ex/s", "s"):
+    history = run["history"]
+    optional = [k for k in OPTIONAL_COLUMNS if any(k in r for r in history)]
+    for column in ("epoch", "loss", *METRICS, *(OPTIONAL_COLUMNS[k] for k in optional)):
         table.add_column(column, justify="right")
-    for r in run["history"]:
+    table.add_column("ex/s", justify="right")
+    table.add_column("s", justify="right")
+    for r in history:
         mark = " *" if r["epoch"] == run["best_epoch"] else ""
         table.add_row(
             f"{r['epoch']}{mark}",
             f"{r['loss']:.4f}",
             *(f"{r[m]:.2f}" for m in METRICS),
+            *(f"{r[k]:.2f}" if k in r else "" for k in optional),
             f"{r['examples_per_s']:.0f}",
             f"{r['seconds']:.0f}",
         )

@@ -1,0 +1,111 @@
+"""Tag suggestion from a model trained with ``qres train --tags``, and the tag metrics.
+
+The model directory holds, beside the encoder, ``tags.npz``: the multi-label head's weights
+[tags, dim], biases [tags] and tag names. A tag's score is sigmoid(w · v + b) for the
+question vector v, the encoder's output that retrieval also uses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+import numpy as np
+
+from qres import metrics
+from qres.corpus import Question
+from qres.encoder import Encoder, EncoderError
+
+TAGS_FILE = "tags.npz"
+TAG_METRICS = ("P@5", "R@5", "MAP")
+
+
+class TagPredictor:
+    def __init__(self, encoder: Encoder, weight: np.ndarray, bias: np.ndarray, labels: list[str]):
+        self.encoder, self.weight, self.bias, self.labels = encoder, weight, bias, labels
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> TagPredictor:
+        model_dir = Path(model_dir)
+        path = model_dir / TAGS_FILE
+        if not path.exists():
+            raise EncoderError(
+                f"{model_dir}: this model has no tag head ({TAGS_FILE}); train it with "
+                "`qres train --tags` and export it with `qres export-onnx`"
+            )
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                weight, bias = saved["weight"], saved["bias"]
+                labels = [str(t) for t in saved["labels"]]
+        except (OSError, KeyError, ValueError) as err:
+            raise EncoderError(f"{path}: cannot read the tag head ({err})") from None
+        encoder = Encoder.load(model_dir)
+        if weight.shape != (len(labels), encoder.dim) or bias.shape != (len(labels),):
+            raise EncoderError(f"{path}: tag head shape {weight.shape} does not fit the encoder")
+        return cls(encoder, weight, bias, labels)
+
+    def scores(self, questions: Sequence[Question]) -> np.ndarray:
+        """[questions, tags] probabilities."""
+        vectors = self.encoder.encode_questions(questions)
+        return 1.0 / (1.0 + np.exp(-(vectors @ self.weight.T + self.bias)))
+
+    def suggest(self, question: Question, k: int = 5) -> list[tuple[str, float]]:
+        row = self.scores([question])[0]
+        order = np.argsort(-row, kind="stable")[:k]
+        return [(self.labels[i], float(row[i])) for i in order]
+
+
+def tag_metrics(scores: np.ndarray, gold: Sequence[Sequence[str]], labels: Sequence[str]) -> dict:
+    """P@5, R@5 and MAP (percent) of each question's tags ranked by score.
+
+    ``scores`` is [questions, len(labels)]; a gold tag missing from ``labels`` still counts in
+    the recall and AP denominators (the model cannot suggest it). Questions without gold
+    tags are left out.
+    """
+    p5, r5, aps = [], [], []
+    for row, tags in zip(scores, gold, strict=True):
+        wanted = set(tags)
+        if not wanted:
+            continue
+        ranking = [labels[i] in wanted for i in np.argsort(-row, kind="stable")]
+        hits = sum(ranking[:5])
+        p5.append(metrics.precision_at(ranking, 5))
+        r5.append(hits / len(wanted))
+        aps.append(metrics.average_precision(ranking, len(wanted)))
+    return {
+        "P@5": 100 * float(np.mean(p5)) if p5 else 0.0,
+        "R@5": 100 * float(np.mean(r5)) if r5 else 0.0,
+        "MAP": 100 * float(np.mean(aps)) if aps else 0.0,
+        "questions": len(aps),
+    }
+
+
+@click.command(
+    "tags",
+    epilog="""\b
+Example:
+  qres train --tags --encoder gru --out runs/gru-tags
+  qres export-onnx runs/gru-tags --out models/gru-tags
+  qres tags "best place to renew my residence permit" --model models/gru-tags""",
+)
+@click.argument("text")
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Model directory exported from a `qres train --tags` run (has tags.npz).",
+)
+@click.option("--body", default="", help="The question's body, if TEXT is its title.")
+@click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--json", "as_json_here", is_flag=True, help="Machine-readable JSON output.")
+@click.pass_context
+def tags_command(ctx, text: str, model: Path, body: str, k: int, as_json_here: bool) -> None:
+    """Suggest tags for a question, with the tag head's probabilities."""
+    suggestions = TagPredictor.load(model).suggest(Question("query", text, body), k)
+    if as_json_here or getattr(ctx.obj, "as_json", False):
+        click.echo(json.dumps([{"tag": t, "score": round(s, 4)} for t, s in suggestions]))
+        return
+    for tag, score in suggestions:
+        click.echo(f"{score:.3f}  {tag}")

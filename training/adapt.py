@@ -1,0 +1,129 @@
+"""Adversarial domain adaptation by gradient reversal (Ganin & Lempitsky 2015; Shah et al. 2018).
+
+A domain classifier reads the encoder's question vectors and learns to tell the source forum
+(the labelled training data) from the target forum (unlabelled questions). Between the two
+sits a gradient-reversal layer: the identity going forward, ``-λ ×`` the gradient going back,
+so the classifier is trained to separate the domains while the encoder is trained to make
+them inseparable, alongside its ranking loss on the source.
+
+The target is a corpus file (any ``qres index`` format) or a folder in the Android layout of
+Shah et al. (``corpus.tsv[.gz]``/``corpus.txt`` plus ``dev.pos.txt``/``dev.neg.txt``). Target
+labels are never trained on, only reported after each epoch: AUC(0.05) of the Android pairs,
+or MAP of a SemEval-layout XML's ranked candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from qres import metrics
+from qres.corpus import CorpusError, Question, detect_format, read_corpus
+from qres.datasets import RankingQuery, load_pairwise, load_semeval_xml
+
+CORPUS_NAMES = ("corpus.tsv.gz", "corpus.tsv", "corpus.txt.gz", "corpus.txt")
+HELDOUT_PER_DOMAIN = 500  # questions of each domain kept out to measure the classifier
+
+
+class GradientReversal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, scale: float) -> Tensor:
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return -ctx.scale * grad, None
+
+
+def reverse_gradient(x: Tensor, scale: float) -> Tensor:
+    return GradientReversal.apply(x, scale)
+
+
+class DomainClassifier(nn.Module):
+    """P(target | question vector): a one-hidden-layer perceptron behind gradient reversal."""
+
+    def __init__(self, dim: int, scale: float, hidden: int = 100):
+        super().__init__()
+        self.scale = scale
+        self.layers = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, vectors: Tensor) -> Tensor:
+        return self.layers(reverse_gradient(vectors, self.scale)).squeeze(-1)
+
+    def loss(self, source: Tensor, target: Tensor) -> tuple[Tensor, float]:
+        """Binary cross-entropy over both domains (target = 1) and the accuracy."""
+        logits = self(torch.cat([source, target]))
+        labels = torch.cat([source.new_zeros(len(source)), target.new_ones(len(target))])
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        accuracy = ((logits > 0).float() == labels).float().mean().item()
+        return loss, accuracy
+
+
+@dataclass
+class TargetDomain:
+    path: str
+    questions: dict[str, Question]
+    pairs: dict[str, dict[str, int]] = field(default_factory=dict)  # Android dev labels
+    pairs_file: str | None = None
+    ranking: list[RankingQuery] = field(default_factory=list)  # SemEval-layout labels
+
+
+def load_target(path: str | Path) -> TargetDomain:
+    """The target questions (duplicate ids keep the last text) and any Android dev pairs."""
+    path = Path(path)
+    pairs, pairs_file = {}, None
+    corpus = path
+    if path.is_dir():
+        corpus = next((path / n for n in CORPUS_NAMES if (path / n).exists()), None)
+        if corpus is None:
+            raise CorpusError(path, None, f"no target corpus ({' or '.join(CORPUS_NAMES)})")
+        if (path / "dev.pos.txt").exists() and (path / "dev.neg.txt").exists():
+            pairs = load_pairwise(path / "dev.pos.txt", path / "dev.neg.txt")
+            pairs_file = str(path / "dev.pos.txt")
+    elif not path.exists():
+        raise CorpusError(path, None, "target corpus not found")
+    fmt = "askubuntu" if corpus.name in CORPUS_NAMES else detect_format(corpus)
+    questions = {q.id: q for q in read_corpus(corpus, fmt)}
+    ranking = []
+    if fmt == "semeval-xml":  # original questions are target text too; labels only reported
+        ranking = load_semeval_xml(corpus).queries
+        questions.update({q.id: q.question for q in ranking if q.question is not None})
+    if len(questions) < 2:
+        raise CorpusError(corpus, None, "the target corpus needs at least 2 questions")
+    for query, labels in pairs.items():
+        for qid in (query, *labels):
+            if qid not in questions:
+                raise CorpusError(pairs_file, None, f"id {qid} is not in {corpus.name}")
+    return TargetDomain(str(corpus), questions, pairs, pairs_file, ranking)
+
+
+def heldout_split(ids: list[str], seed: int, salt: int) -> tuple[list[str], list[str]]:
+    """(for training, held out): up to HELDOUT_PER_DOMAIN or a fifth, whichever is fewer."""
+    order = np.random.default_rng([seed, salt]).permutation(len(ids))
+    n_held = max(1, min(HELDOUT_PER_DOMAIN, len(ids) // 5))
+    held = sorted(ids[i] for i in order[:n_held])
+    kept = sorted(ids[i] for i in order[n_held:])
+    return kept, held
+
+
+def classifier_accuracy(classifier: DomainClassifier, source: Tensor, target: Tensor) -> float:
+    """Accuracy on held-out questions, both domains weighted equally (chance = 50%)."""
+    with torch.no_grad():
+        src = (classifier(source) <= 0).float().mean().item()
+        tgt = (classifier(target) > 0).float().mean().item()
+    return 100 * (src + tgt) / 2
+
+
+def target_auc(target: TargetDomain, vectors: dict[str, np.ndarray]) -> float:
+    """AUC(0.05), in percent, of cosine scores over all of the target's labelled pairs."""
+    labels, scores = [], []
+    for query, candidates in target.pairs.items():
+        for candidate, label in candidates.items():
+            labels.append(label)
+            scores.append(float(vectors[query] @ vectors[candidate]))
+    return metrics.auc_percent(labels, scores)

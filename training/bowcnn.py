@@ -1,0 +1,327 @@
+"""BOW-CNN (dos Santos et al. 2015): a learned weighted bag of words beside a CNN encoder.
+
+    s(q, c) = β1 · cos(bow_q, bow_c) + β2 · cos(cnn_q, cnn_c),   β1 = bow_beta, β2 = 1 − β1
+
+* ``cnn`` — a ``training.encoders.QuestionEncoder`` of kind ``cnn`` (title and body unit
+  vectors averaged), built as ``training.train`` builds one;
+* ``bow`` — the question's title and body token ids (``TokenizedQuestions``, cut to
+  title_max/body_max), entry ``tf(w) · weight[w]``. ``weight`` is learned, initialised to the
+  IDF over the vocabulary questions (``data.vocab_ids``), log(N / df(w)). A word that no such
+  question holds (one kept from the pre-trained vectors) starts as if seen once, log(N):
+  the rarest, most telling weight. ``<pad>`` and ``<unk>`` weigh 0 and are left out of every
+  bag, so two questions never match on words the vocabulary does not know.
+
+Loss: log(1 + exp(−γ·(s(q, p+) − s(q, p−)))) (as softplus), p− being the highest-scoring of
+the example's sampled negatives: the one the model confuses most, as the max-margin loss of
+``training.losses`` picks it.
+
+A batch's bag-of-words cosines are computed over the words of that batch only: word ids are
+renumbered with ``torch.unique`` and term frequencies scattered into [n, V_batch], never
+[n, |V|]. Dev scores go through ``qres.bowcnn.BowCnnScorer`` (with the torch CNN), the code
+that serves the exported model.
+
+The run directory is that of ``training.train`` (run.json, vocab.txt, last.pt, best.pt,
+same seeding, same resume); the checkpoints hold the whole ``BowCnn`` and run.json adds
+``"scorer": "bow-cnn"`` and ``"beta": [β1, β2]``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from torch import Tensor, nn
+
+from qres.bowcnn import SCORER, BowCnnScorer
+from qres.corpus import Question
+from qres.datasets import RankingQuery
+from qres.metrics import summarize
+from qres.vocab import UNK_ID, Vocab
+from training.data import Example, TokenizedQuestions, TrainingData, epoch_examples, load_dataset
+from training.encoders import EncoderConfig, QuestionEncoder
+from training.train import (
+    BEST_FILE,
+    LAST_FILE,
+    METRICS,
+    RUN_FILE,
+    VOCAB_FILE,
+    TrainConfig,
+    TrainError,
+    _candidate_rows,
+    _new_run,
+    _progress,
+    _save_json,
+    resolve_device,
+    torch_encoder,
+)
+
+
+def idf_weights(id_lists: Iterable[Sequence[int]], vocab_size: int) -> np.ndarray:
+    """float32 [vocab_size]: log(N / df(w)) over N bags of ids; df 0 counts as 1; pad, unk 0."""
+    df = np.zeros(vocab_size, dtype=np.int64)
+    n = 0
+    for ids in id_lists:
+        df[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+        n += 1
+    idf = np.log(max(n, 1) / np.maximum(df, 1)).astype(np.float32)
+    idf[: UNK_ID + 1] = 0.0
+    return idf
+
+
+def logistic_pairwise_loss(positive: Tensor, negatives: Tensor, gamma: float) -> Tensor:
+    """Mean of log(1 + exp(−γ·(s+ − max s−))); ``positive`` [B], ``negatives`` [B, K]."""
+    return F.softplus(-gamma * (positive - negatives.max(dim=1).values)).mean()
+
+
+class BowCnn(nn.Module):
+    """The CNN question encoder plus one learned weight per vocabulary word."""
+
+    def __init__(self, encoder: QuestionEncoder, bow_weights: np.ndarray, beta: float):
+        super().__init__()
+        self.encoder = encoder
+        self.bow_weight = nn.Parameter(torch.tensor(np.asarray(bow_weights, dtype=np.float32)))
+        self.beta = (float(beta), 1.0 - float(beta))
+
+    def bags_of_words(
+        self, title_ids: Tensor, title_mask: Tensor, body_ids: Tensor, body_mask: Tensor
+    ) -> Tensor:
+        """Unit rows [n, V_batch] of tf · weight over the words present in the batch."""
+        ids = torch.cat([title_ids, body_ids], 1)
+        present = (torch.cat([title_mask, body_mask], 1) > 0) & (ids > UNK_ID)
+        n = ids.size(0)
+        rows = torch.arange(n, device=ids.device).unsqueeze(1).expand_as(ids)[present]
+        words, local = torch.unique(ids[present], return_inverse=True)
+        width = len(words)
+        ones = torch.ones(local.shape, dtype=self.bow_weight.dtype, device=ids.device)
+        tf = torch.zeros(n * width, dtype=ones.dtype, device=ids.device)
+        tf = tf.index_add(0, rows * width + local, ones).view(n, width)
+        return F.normalize(tf * self.bow_weight[words], dim=1, eps=1e-8)
+
+    def forward(self, title_ids, title_mask, body_ids, body_mask) -> tuple[Tensor, Tensor]:
+        """(unit bags of words [n, V_batch], unit CNN vectors [n, dim]) of one batch."""
+        tensors = (title_ids, title_mask, body_ids, body_mask)
+        return self.bags_of_words(*tensors), self.encoder(*tensors)
+
+    def similarity(self, bow: Tensor, cnn: Tensor, rows: Tensor) -> Tensor:
+        """[len(rows), n]: s between the batch's questions ``rows`` and each of its questions."""
+        return self.beta[0] * bow[rows] @ bow.T + self.beta[1] * cnn[rows] @ cnn.T
+
+
+def bowcnn_step(
+    model: BowCnn, optimizer, batch: list[Example], tokenized, device, config: TrainConfig
+) -> float:
+    ids = list(dict.fromkeys(i for e in batch for i in (e.query, e.positive, *e.negatives)))
+    row = {qid: n for n, qid in enumerate(ids)}
+    bow, cnn = model(*tokenized.batch(ids, device))
+    queries = torch.tensor([row[e.query] for e in batch], device=device)
+    scores = model.similarity(bow, cnn, queries).gather(1, _candidate_rows(batch, row).to(device))
+    loss = logistic_pairwise_loss(scores[:, 0], scores[:, 1:], config.gamma)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+    optimizer.step()
+    return loss.item()
+
+
+def torch_scorer(model: BowCnn, vocab: Vocab, device, title_max: int, body_max: int):
+    """A ``BowCnnScorer`` over the torch model as it is now (eval mode, current weights)."""
+    encode = torch_encoder(model.encoder, vocab, device, title_max, body_max)
+    weights = model.bow_weight.detach().cpu().numpy()
+    return BowCnnScorer(encode, vocab, weights, model.beta, title_max, body_max)
+
+
+def evaluate_scorer(
+    queries: Sequence[RankingQuery],
+    questions: dict[str, Question],
+    scorer: BowCnnScorer,
+    skip_without_relevant: bool,
+) -> dict[str, float]:
+    """MAP, MRR, P@1, P@5 (percent) of each query's candidates ranked by the scorer."""
+    ids = list(dict.fromkeys(i for q in queries for i in (q.id, *q.candidates)))
+    own = {q.id: q.question for q in queries if q.question is not None}
+    represented = scorer.represent([questions[i] if i in questions else own[i] for i in ids])
+    row = {qid: n for n, qid in enumerate(ids)}
+    rankings = []
+    for q in queries:
+        candidates = represented.rows([row[c] for c in q.candidates])
+        scores = scorer.scores(represented.rows([row[q.id]]), candidates)[0]
+        order = np.argsort(-scores, kind="stable")
+        rankings.append([q.candidates[i] in q.relevant for i in order])
+    return summarize(rankings, skip_without_relevant=skip_without_relevant)
+
+
+def _check_config(config: TrainConfig) -> None:
+    if not 0.0 <= config.bow_beta <= 1.0:
+        raise TrainError(f"bow_beta must lie in [0, 1], not {config.bow_beta}")
+    unsupported = [
+        name
+        for name, on in [
+            ("pretrain_epochs", config.pretrain_epochs > 0),
+            ("adapt_to", config.adapt_to is not None),
+            ("tags", config.tags),
+        ]
+        if on
+    ]
+    if unsupported:
+        raise TrainError(f"bowcnn training does not support {', '.join(unsupported)}")
+
+
+def _model_from_run(run: dict, vocab: Vocab) -> BowCnn:
+    encoder = QuestionEncoder(EncoderConfig(**run["encoder"]))
+    return BowCnn(encoder, np.zeros(len(vocab), dtype=np.float32), run["beta"][0])
+
+
+def train_bowcnn(
+    config: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+    data: TrainingData | None = None,
+    console: Console | None = None,
+    show_progress: bool = True,
+    hard_negatives=None,
+) -> dict:
+    """Train (or resume) a BOW-CNN run in ``out_dir``; returns the run record (``run.json``)."""
+    out_dir = Path(out_dir)
+    console = console or Console(stderr=True)
+    last_path = out_dir / LAST_FILE
+    if resume and not last_path.exists():
+        raise TrainError(f"{out_dir}: nothing to resume (no {LAST_FILE})")
+    if not resume and last_path.exists():
+        raise TrainError(f"{out_dir} already holds a run: pass --resume or choose another --out")
+    device = resolve_device(config.device)
+    if resume:
+        run = json.loads((out_dir / RUN_FILE).read_text(encoding="utf-8"))
+        if run.get("scorer") != SCORER:
+            raise TrainError(f"{out_dir / RUN_FILE}: not a BOW-CNN run, cannot resume it as one")
+        epochs = config.epochs
+        config = TrainConfig.from_dict(run["train"])
+        config.epochs = max(epochs, config.epochs)
+        run["train"]["epochs"] = config.epochs
+    _check_config(config)
+    data = data or load_dataset(config.dataset, config.data_dir)
+    if resume:
+        vocab = Vocab.load(out_dir / VOCAB_FILE)
+        tokenized = TokenizedQuestions(data.questions, vocab, config.title_max, config.body_max)
+        model = _model_from_run(run, vocab)
+        state = torch.load(last_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+    else:
+        encoder, vocab, run = _new_run(replace(config, encoder="cnn"), data, device)
+        tokenized = TokenizedQuestions(data.questions, vocab, config.title_max, config.body_max)
+        bags = (title + body for title, body in map(tokenized.ids, data.vocab_ids))
+        model = BowCnn(encoder, idf_weights(bags, len(vocab)), config.bow_beta)
+        run = {**run, "train": asdict(config), "scorer": SCORER, "beta": list(model.beta)}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        vocab.save(out_dir / VOCAB_FILE)
+        state = None
+    model = model.to(device)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=config.lr)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    start_epoch = state["epoch"] + 1 if state is not None else 1
+    bad_epochs = state["bad_epochs"] if state is not None else 0
+    hard_cache: dict[str, list[str]] = {}
+    best = run["dev_metrics"].get(config.early_stop, -1.0)
+
+    for epoch in range(start_epoch, config.epochs + 1):
+        if bad_epochs >= config.patience:
+            break
+        started = time.perf_counter()
+        rng = np.random.default_rng([config.seed, epoch])
+        torch.manual_seed(config.seed * 1000 + epoch)
+        examples = [
+            e
+            for e in epoch_examples(data, rng, config.negatives, hard_negatives, hard_cache)
+            if e.negatives
+        ]
+        model.train()
+        losses: list[float] = []
+        with _progress(console, show_progress) as progress:
+            task = progress.add_task(
+                f"epoch {epoch}/{config.epochs}", total=len(examples), loss=0.0, rate=0.0
+            )
+            for start in range(0, len(examples), config.batch_size):
+                batch = examples[start : start + config.batch_size]
+                losses.append(bowcnn_step(model, optimizer, batch, tokenized, device, config))
+                done = start + len(batch)
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                progress.update(task, completed=done, loss=float(np.mean(losses)), rate=rate)
+        train_seconds = time.perf_counter() - started
+        scorer = torch_scorer(model, vocab, device, config.title_max, config.body_max)
+        metrics = evaluate_scorer(data.dev, data.questions, scorer, data.skip_dev_without_relevant)
+        seconds = time.perf_counter() - started
+        record = {
+            "epoch": epoch,
+            "loss": float(np.mean(losses)) if losses else 0.0,
+            **{m: round(metrics[m], 4) for m in METRICS},
+            "examples_per_s": round(len(examples) / max(train_seconds, 1e-9), 1),
+            "seconds": round(seconds, 2),
+        }
+        run["history"].append(record)
+        run["train_seconds"] = round(run["train_seconds"] + seconds, 2)
+        if metrics[config.early_stop] > best:
+            best, bad_epochs = metrics[config.early_stop], 0
+            run["best_epoch"], run["dev_metrics"] = epoch, {m: record[m] for m in METRICS}
+            torch.save({"model": model.state_dict(), "epoch": epoch}, out_dir / BEST_FILE)
+        else:
+            bad_epochs += 1
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "epoch": epoch,
+                "bad_epochs": bad_epochs,
+            },
+            last_path,
+        )
+        _save_json(out_dir / RUN_FILE, run)
+        if show_progress:
+            console.print(
+                f"epoch {epoch}: loss {record['loss']:.4f}  dev MAP {record['MAP']:.2f}  "
+                f"MRR {record['MRR']:.2f}  P@1 {record['P@1']:.2f}  ({seconds:.0f}s)"
+            )
+    return run
+
+
+def _run_dir_and_checkpoint(source: Path) -> tuple[Path, Path]:
+    if source.is_dir():
+        best = source / BEST_FILE
+        return source, best if best.exists() else source / LAST_FILE
+    return source.parent, source
+
+
+def is_bowcnn_run(source: str | Path) -> bool:
+    """Whether a run directory (or a checkpoint in one) holds a BOW-CNN run."""
+    run_dir, _ = _run_dir_and_checkpoint(Path(source))
+    try:
+        run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(run, dict) and run.get("scorer") == SCORER
+
+
+def load_bowcnn(source: str | Path) -> tuple[BowCnn, Vocab, dict]:
+    """The model (eval mode), vocabulary and run record of a BOW-CNN run (best epoch)."""
+    run_dir, checkpoint = _run_dir_and_checkpoint(Path(source))
+    for path in (run_dir / RUN_FILE, run_dir / VOCAB_FILE, checkpoint):
+        if not path.exists():
+            raise TrainError(f"{path}: not found (is {run_dir} a training run directory?)")
+    if not is_bowcnn_run(run_dir):
+        raise TrainError(f'{run_dir / RUN_FILE}: not a BOW-CNN run (no "scorer": "{SCORER}")')
+    try:
+        vocab = Vocab.load(run_dir / VOCAB_FILE)
+        run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        model = _model_from_run(run, vocab)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:
+        raise TrainError(f"{run_dir}: cannot load the run ({str(err).splitlines()[0]})") from None
+    return model.eval(), vocab, run
