@@ -19,7 +19,8 @@ from pathlib import Path
 
 from qres.corpus import CorpusError, Question, open_text
 
-SEMEVAL_RELEVANT = frozenset({"PerfectMatch", "Relevant"})
+# "Related" is the 2017 StackExchange sample's name for "Relevant".
+SEMEVAL_RELEVANT = frozenset({"PerfectMatch", "Relevant", "Related"})
 
 
 @dataclass

@@ -44,6 +44,7 @@ from training.adapt import (
     classifier_accuracy,
     heldout_split,
     load_target,
+    probe_accuracy,
     target_auc,
 )
 from training.data import (
@@ -329,6 +330,7 @@ def _extra_metrics(extras: Extras, encode, tokenized) -> dict:
             ),
             2,
         )
+        out["domain_probe_accuracy"] = round(probe_accuracy(source, target), 2)
         extras.domain.train()
         if extras.target.pairs:
             ids = sorted({i for q, c in extras.target.pairs.items() for i in (q, *c)})
@@ -336,8 +338,9 @@ def _extra_metrics(extras: Extras, encode, tokenized) -> dict:
             out["target_AUC0.05"] = round(target_auc(extras.target, vectors), 2)
         if extras.target.ranking:
             found = evaluate(extras.target.ranking, extras.target.questions, encode, True)
-            out["target_MAP"] = round(found["MAP"], 2)
-            out["target_queries"] = found["queries"]
+            if found["queries"]:
+                out["target_MAP"] = round(found["MAP"], 2)
+                out["target_queries"] = found["queries"]
     return out
 
 
@@ -494,6 +497,7 @@ def _epoch_line(record: dict, seconds: float) -> str:
         line += f"  tags P@5 {record['tag_P@5']:.2f} MAP {record['tag_MAP']:.2f}"
     if "domain_heldout_accuracy" in record:
         line += f"  domain acc {record['domain_heldout_accuracy']:.1f}%"
+        line += f" (fresh probe {record['domain_probe_accuracy']:.1f}%)"
     for key in ("target_AUC0.05", "target_MAP"):
         if key in record:
             line += f"  {key} {record[key]:.2f}"
@@ -535,6 +539,7 @@ def _pretrain(model, data, tokenized, config, device, encode, run, out_dir, cons
 OPTIONAL_COLUMNS = {  # shown when the run has them
     "tag_MAP": "tag MAP",
     "domain_heldout_accuracy": "domain acc",
+    "domain_probe_accuracy": "probe acc",
     "target_AUC0.05": "target AUC.05",
     "target_MAP": "target MAP",
 }
@@ -542,7 +547,7 @@ OPTIONAL_COLUMNS = {  # shown when the run has them
 
 def history_table(run: dict) -> Table:
     """Dev metrics per epoch, the best epoch marked."""
-    table = Table(title=f"{run['encoder']['kind']} on {run['training']['dataset']} (dev)")
+    table = Table(title=f"{run['train']['encoder']} on {run['training']['dataset']} (dev)")
     history = run["history"]
     optional = [k for k in OPTIONAL_COLUMNS if any(k in r for r in history)]
     for column in ("epoch", "loss", *METRICS, *(OPTIONAL_COLUMNS[k] for k in optional)):

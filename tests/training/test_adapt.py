@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
 from qres.corpus import CorpusError
 from qres.vocab import Vocab
 from tests.training.helpers import tensors, tiny_config, tiny_model
-from training.adapt import DomainClassifier, load_target, reverse_gradient
+from training.adapt import DomainClassifier, load_target, probe_accuracy, reverse_gradient
 from training.train import train
 
 BREAD = [
@@ -82,6 +83,7 @@ def test_an_adapted_run_learns_and_reports_the_domain_classifier_and_target_auc(
         assert 0 <= record["domain_heldout_accuracy"] <= 100
         assert 0 <= record["target_AUC0.05"] <= 100
         assert record["domain_loss"] > 0
+        assert 0 <= record["domain_probe_accuracy"] <= 100
     assert run["training"]["target"]["questions"] == len(BREAD)
     vocab = Vocab.load(tmp_path / "run" / "vocab.txt")
     assert "dough" in vocab.index  # target words enter the vocabulary
@@ -110,3 +112,18 @@ def test_a_plain_corpus_file_is_a_target_without_labels(tmp_path):
     )
     target = load_target(path)
     assert sorted(target.questions) == ["a", "b"] and not target.pairs and not target.ranking
+
+
+def test_the_stackexchange_cooking_sample_is_a_target_with_two_labelled_queries(shared_data):
+    target = load_target(shared_data / "stackexchange-cooking-sample" / "subtask_e_sample.xml")
+    assert len(target.ranking) == 26  # distinct ORGQ_IDs in the file (its readme says 27)
+    assert sum(len(q.relevant) for q in target.ranking) == 2  # its two "Related" pairs
+    assert all(q.id in target.questions for q in target.ranking)
+    assert len(target.questions) > 26 and not target.pairs
+
+
+def test_the_probe_separates_separable_domains_and_not_identical_ones():
+    rng = np.random.default_rng(0)
+    source = rng.normal(size=(60, 5))
+    assert probe_accuracy(source, rng.normal(size=(60, 5)) + 3.0) > 95
+    assert 30 < probe_accuracy(source, rng.normal(size=(60, 5))) < 70
