@@ -1,9 +1,10 @@
 """The command line as a user drives it (click's runner, a private QRES_HOME)."""
 
 import json
-from pathlib import Path
 
 import pytest
+
+from tests.askubuntu_fixture import FIXTURE
 
 CORPUS = (
     "id\ttitle\tbody\ttags\n"
@@ -116,7 +117,7 @@ def test_help_teaches_with_examples(run):
 
 def test_evaluate_askubuntu_format_with_qres_bm25(run):
     """The AskUbuntu path end to end on the training fixture (same format as the real files)."""
-    fixture = Path(__file__).parent / "training" / "fixtures"
+    fixture = FIXTURE.parent
     result = run(
         "--json",
         "evaluate",
@@ -127,7 +128,7 @@ def test_evaluate_askubuntu_format_with_qres_bm25(run):
         "--data-dir",
         fixture,
         "--corpus",
-        fixture / "askubuntu" / "text_tokenized.txt",
+        FIXTURE / "text_tokenized.txt",
         "--ranker",
         "bm25",
     )

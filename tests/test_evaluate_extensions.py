@@ -17,6 +17,7 @@ from qres.backends.embedded import EmbeddedBackend
 from qres.corpus import CorpusError, Question
 from qres.indexing import index_questions
 from qres.text import tokenize
+from tests.askubuntu_fixture import FIXTURE
 
 # Twelve questions built so that BM25 over the whole corpus ranks, for each query:
 # a1 → a2 (relevant) first once a1 itself is left out;
@@ -150,8 +151,8 @@ def test_android_table_has_the_auc_column_and_default_rankers(run, tmp_path):
 
 
 def test_other_datasets_have_no_auc(run):
-    fixture = Path(__file__).parent / "training" / "fixtures"
-    corpus = fixture / "askubuntu" / "text_tokenized.txt"
+    fixture = FIXTURE.parent
+    corpus = FIXTURE / "text_tokenized.txt"
     args = ("--dataset", "askubuntu", "--data-dir", fixture, "--corpus", corpus)
     (bm25,) = evaluate_json(run, *args, "--ranker", "bm25")
     assert ev.AUC_COLUMN not in bm25["metrics"]

@@ -7,9 +7,10 @@ from pathlib import Path
 import torch
 
 from qres.vocab import pad_batch
+from tests.askubuntu_fixture import FIXTURE
 from training.encoders import EncoderConfig, QuestionEncoder
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "askubuntu"
+__all__ = ["FIXTURE"]
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
