@@ -28,7 +28,6 @@ same seeding, same resume); the checkpoints hold the whole ``BowCnn`` and run.js
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -44,20 +43,19 @@ from qres.corpus import Question
 from qres.datasets import RankingQuery
 from qres.metrics import summarize
 from qres.vocab import UNK_ID, Vocab
-from training.data import Example, TokenizedQuestions, TrainingData, epoch_examples, load_dataset
+from training.data import Example, TokenizedQuestions, TrainingData, load_dataset
 from training.encoders import EncoderConfig, QuestionEncoder
 from training.train import (
     BEST_FILE,
     LAST_FILE,
-    METRICS,
     RUN_FILE,
     VOCAB_FILE,
     TrainConfig,
     TrainError,
     _candidate_rows,
     _new_run,
-    _progress,
-    _save_json,
+    fit,
+    open_run,
     resolve_device,
     torch_encoder,
 )
@@ -189,28 +187,23 @@ def train_bowcnn(
 ) -> dict:
     """Train (or resume) a BOW-CNN run in ``out_dir``; returns the run record (``run.json``)."""
     out_dir = Path(out_dir)
+    config, run = open_run(config, out_dir, resume)
     console = console or Console(stderr=True)
-    last_path = out_dir / LAST_FILE
-    if resume and not last_path.exists():
-        raise TrainError(f"{out_dir}: nothing to resume (no {LAST_FILE})")
-    if not resume and last_path.exists():
-        raise TrainError(f"{out_dir} already holds a run: pass --resume or choose another --out")
-    device = resolve_device(config.device)
-    if resume:
-        run = json.loads((out_dir / RUN_FILE).read_text(encoding="utf-8"))
-        if run.get("scorer") != SCORER:
-            raise TrainError(f"{out_dir / RUN_FILE}: not a BOW-CNN run, cannot resume it as one")
-        epochs = config.epochs
-        config = TrainConfig.from_dict(run["train"])
-        config.epochs = max(epochs, config.epochs)
-        run["train"]["epochs"] = config.epochs
+    return fit_bowcnn(config, out_dir, run, data, console, show_progress, hard_negatives)
+
+
+def fit_bowcnn(config, out_dir: Path, run, data, console, show_progress, hard_negatives=None):
+    """:func:`train_bowcnn` once the run directory is checked (``run`` set when resuming)."""
+    if run is not None and run.get("scorer") != SCORER:
+        raise TrainError(f"{out_dir / RUN_FILE}: not a BOW-CNN run, cannot resume it as one")
     _check_config(config)
+    device = resolve_device(config.device)
     data = data or load_dataset(config.dataset, config.data_dir)
-    if resume:
+    if run is not None:
         vocab = Vocab.load(out_dir / VOCAB_FILE)
         tokenized = TokenizedQuestions(data.questions, vocab, config.title_max, config.body_max)
         model = _model_from_run(run, vocab)
-        state = torch.load(last_path, map_location="cpu", weights_only=False)
+        state = torch.load(out_dir / LAST_FILE, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
     else:
         encoder, vocab, run = _new_run(replace(config, encoder="cnn"), data, device)
@@ -226,69 +219,27 @@ def train_bowcnn(
     optimizer = torch.optim.Adam(trainable, lr=config.lr)
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
-    start_epoch = state["epoch"] + 1 if state is not None else 1
-    bad_epochs = state["bad_epochs"] if state is not None else 0
-    hard_cache: dict[str, list[str]] = {}
-    best = run["dev_metrics"].get(config.early_stop, -1.0)
 
-    for epoch in range(start_epoch, config.epochs + 1):
-        if bad_epochs >= config.patience:
-            break
-        started = time.perf_counter()
-        rng = np.random.default_rng([config.seed, epoch])
-        torch.manual_seed(config.seed * 1000 + epoch)
-        examples = [
-            e
-            for e in epoch_examples(data, rng, config.negatives, hard_negatives, hard_cache)
-            if e.negatives
-        ]
-        model.train()
-        losses: list[float] = []
-        with _progress(console, show_progress) as progress:
-            task = progress.add_task(
-                f"epoch {epoch}/{config.epochs}", total=len(examples), loss=0.0, rate=0.0
-            )
-            for start in range(0, len(examples), config.batch_size):
-                batch = examples[start : start + config.batch_size]
-                losses.append(bowcnn_step(model, optimizer, batch, tokenized, device, config))
-                done = start + len(batch)
-                rate = done / max(time.perf_counter() - started, 1e-9)
-                progress.update(task, completed=done, loss=float(np.mean(losses)), rate=rate)
-        train_seconds = time.perf_counter() - started
+    def score_dev() -> dict:
         scorer = torch_scorer(model, vocab, device, config.title_max, config.body_max)
-        metrics = evaluate_scorer(data.dev, data.questions, scorer, data.skip_dev_without_relevant)
-        seconds = time.perf_counter() - started
-        record = {
-            "epoch": epoch,
-            "loss": float(np.mean(losses)) if losses else 0.0,
-            **{m: round(metrics[m], 4) for m in METRICS},
-            "examples_per_s": round(len(examples) / max(train_seconds, 1e-9), 1),
-            "seconds": round(seconds, 2),
-        }
-        run["history"].append(record)
-        run["train_seconds"] = round(run["train_seconds"] + seconds, 2)
-        if metrics[config.early_stop] > best:
-            best, bad_epochs = metrics[config.early_stop], 0
-            run["best_epoch"], run["dev_metrics"] = epoch, {m: record[m] for m in METRICS}
-            torch.save({"model": model.state_dict(), "epoch": epoch}, out_dir / BEST_FILE)
-        else:
-            bad_epochs += 1
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch,
-                "bad_epochs": bad_epochs,
-            },
-            last_path,
-        )
-        _save_json(out_dir / RUN_FILE, run)
-        if show_progress:
-            console.print(
-                f"epoch {epoch}: loss {record['loss']:.4f}  dev MAP {record['MAP']:.2f}  "
-                f"MRR {record['MRR']:.2f}  P@1 {record['P@1']:.2f}  ({seconds:.0f}s)"
-            )
-    return run
+        return evaluate_scorer(data.dev, data.questions, scorer, data.skip_dev_without_relevant)
+
+    return fit(
+        model,
+        optimizer,
+        run,
+        state,
+        config,
+        data,
+        out_dir,
+        step=lambda batch, _rng: {
+            "loss": bowcnn_step(model, optimizer, batch, tokenized, device, config)
+        },
+        score_dev=score_dev,
+        console=console,
+        show_progress=show_progress,
+        hard_negatives=hard_negatives,
+    )
 
 
 def _run_dir_and_checkpoint(source: Path) -> tuple[Path, Path]:

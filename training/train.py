@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -344,6 +344,116 @@ def _extra_metrics(extras: Extras, encode, tokenized) -> dict:
     return out
 
 
+def open_run(config: TrainConfig, out_dir: Path, resume: bool) -> tuple[TrainConfig, dict | None]:
+    """Check ``out_dir`` against ``resume``; when resuming, the saved settings (with the
+    epochs raised to ``config.epochs``) and the run record."""
+    last_path = out_dir / LAST_FILE
+    if resume and not last_path.exists():
+        raise TrainError(f"{out_dir}: nothing to resume (no {LAST_FILE})")
+    if not resume and last_path.exists():
+        raise TrainError(f"{out_dir} already holds a run: pass --resume or choose another --out")
+    if not resume:
+        return config, None
+    run = json.loads((out_dir / RUN_FILE).read_text(encoding="utf-8"))
+    epochs = config.epochs
+    config = TrainConfig.from_dict(run["train"])
+    config.epochs = max(epochs, config.epochs)
+    run["train"]["epochs"] = config.epochs
+    return config, run
+
+
+Step = Callable[[list[Example], np.random.Generator], dict[str, float]]
+
+
+def fit(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    run: dict,
+    state: dict | None,
+    config: TrainConfig,
+    data: TrainingData,
+    out_dir: Path,
+    step: Step,
+    score_dev: Callable[[], dict],
+    console: Console,
+    show_progress: bool,
+    hard_negatives: HardNegatives | None = None,
+    epoch_metrics: Callable[[], dict] = dict,
+    extra_states: Callable[[], dict] = dict,
+) -> dict:
+    """The epochs of a run: examples, ``step`` per batch (its losses), dev scoring, early
+    stopping, checkpoints and ``run.json``; returns the run record."""
+    start_epoch = state["epoch"] + 1 if state is not None else 1
+    bad_epochs = state["bad_epochs"] if state is not None else 0
+    hard_cache: dict[str, list[str]] = {}
+    best = run["dev_metrics"].get(config.early_stop, -1.0)
+    for epoch in range(start_epoch, config.epochs + 1):
+        if bad_epochs >= config.patience:
+            break
+        started = time.perf_counter()
+        rng = np.random.default_rng([config.seed, epoch])
+        torch.manual_seed(config.seed * 1000 + epoch)
+        examples = [
+            e
+            for e in epoch_examples(data, rng, config.negatives, hard_negatives, hard_cache)
+            if e.negatives
+        ]
+        step_rng = np.random.default_rng([config.seed, epoch, 3])  # e.g. domain batches
+        model.train()
+        steps: list[dict[str, float]] = []
+        with _progress(console, show_progress) as progress:
+            task = progress.add_task(
+                f"epoch {epoch}/{config.epochs}", total=len(examples), loss=0.0, rate=0.0
+            )
+            for start in range(0, len(examples), config.batch_size):
+                batch = examples[start : start + config.batch_size]
+                steps.append(step(batch, step_rng))
+                done = start + len(batch)
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                mean_loss = float(np.mean([s["loss"] for s in steps]))
+                progress.update(task, completed=done, loss=mean_loss, rate=rate)
+        train_seconds = time.perf_counter() - started
+        metrics = score_dev()
+        extra_metrics = epoch_metrics()
+        seconds = time.perf_counter() - started
+        means = {k: float(np.mean([s[k] for s in steps])) for k in (steps or [{}])[0]}
+        record = {
+            "epoch": epoch,
+            "loss": means.get("loss", 0.0),
+            **{m: round(metrics[m], 4) for m in METRICS},
+            **{k: round(v, 4) for k, v in means.items() if k != "loss"},
+            **extra_metrics,
+            "examples_per_s": round(len(examples) / max(train_seconds, 1e-9), 1),
+            "seconds": round(seconds, 2),
+        }
+        run["history"].append(record)
+        run["train_seconds"] = round(run["train_seconds"] + seconds, 2)
+        extras = extra_states()
+        if metrics[config.early_stop] > best:
+            best, bad_epochs = metrics[config.early_stop], 0
+            run["best_epoch"], run["dev_metrics"] = epoch, {m: record[m] for m in METRICS}
+            torch.save(
+                {"model": model.state_dict(), "epoch": epoch, "extras": extras},
+                out_dir / BEST_FILE,
+            )
+        else:
+            bad_epochs += 1
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "epoch": epoch,
+                "bad_epochs": bad_epochs,
+                "extras": extras,
+            },
+            out_dir / LAST_FILE,
+        )
+        _save_json(out_dir / RUN_FILE, run)
+        if show_progress:
+            console.print(_epoch_line(record, seconds))
+    return run
+
+
 def train(
     config: TrainConfig,
     out_dir: str | Path,
@@ -356,28 +466,18 @@ def train(
     """Train (or resume) a run in ``out_dir``; returns the run record (``run.json``)."""
     out_dir = Path(out_dir)
     console = console or Console(stderr=True)
-    last_path = out_dir / LAST_FILE
-    if resume and not last_path.exists():
-        raise TrainError(f"{out_dir}: nothing to resume (no {LAST_FILE})")
-    if not resume and last_path.exists():
-        raise TrainError(f"{out_dir} already holds a run: pass --resume or choose another --out")
-    if resume:
-        run = json.loads((out_dir / RUN_FILE).read_text(encoding="utf-8"))
-        epochs = config.epochs
-        config = TrainConfig.from_dict(run["train"])
-        config.epochs = max(epochs, config.epochs)
-        run["train"]["epochs"] = config.epochs
+    config, run = open_run(config, out_dir, resume)
     if config.encoder == "bowcnn":
-        from training.bowcnn import train_bowcnn
+        from training.bowcnn import fit_bowcnn
 
-        return train_bowcnn(config, out_dir, resume, data, console, show_progress)
+        return fit_bowcnn(config, out_dir, run, data, console, show_progress, hard_negatives)
     device = resolve_device(config.device)
     data = data or load_dataset(config.dataset, config.data_dir)
     target = load_target(config.adapt_to) if config.adapt_to else None
     if resume:
         vocab = Vocab.load(out_dir / VOCAB_FILE)
         model = QuestionEncoder(EncoderConfig(**run["encoder"]))
-        state = torch.load(last_path, map_location="cpu", weights_only=False)
+        state = torch.load(out_dir / LAST_FILE, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
     else:
         extra = question_sentences(target.questions.values()) if target is not None else []
@@ -412,80 +512,26 @@ def train(
         if "tag_baseline" not in run and extras.tagged[1]:
             baseline = tfidf_baseline(*extras.tagged)
             run["tag_baseline"] = {"method": "tf-idf one-vs-rest logistic regression", **baseline}
-    start_epoch = state["epoch"] + 1 if state is not None else 1
-    bad_epochs = state["bad_epochs"] if state is not None else 0
-    hard_cache: dict[str, list[str]] = {}
-    best = run["dev_metrics"].get(config.early_stop, -1.0)
-
-    for epoch in range(start_epoch, config.epochs + 1):
-        if bad_epochs >= config.patience:
-            break
-        started = time.perf_counter()
-        rng = np.random.default_rng([config.seed, epoch])
-        torch.manual_seed(config.seed * 1000 + epoch)
-        examples = [
-            e
-            for e in epoch_examples(data, rng, config.negatives, hard_negatives, hard_cache)
-            if e.negatives
-        ]
-        domain_rng = np.random.default_rng([config.seed, epoch, 3])
-        model.train()
-        steps: list[dict[str, float]] = []
-        with _progress(console, show_progress) as progress:
-            task = progress.add_task(
-                f"epoch {epoch}/{config.epochs}", total=len(examples), loss=0.0, rate=0.0
-            )
-            for start in range(0, len(examples), config.batch_size):
-                batch = examples[start : start + config.batch_size]
-                steps.append(
-                    train_step(
-                        model, optimizer, batch, tokenized, device, config, extras, domain_rng
-                    )
-                )
-                done = start + len(batch)
-                rate = done / max(time.perf_counter() - started, 1e-9)
-                mean_loss = float(np.mean([s["loss"] for s in steps]))
-                progress.update(task, completed=done, loss=mean_loss, rate=rate)
-        train_seconds = time.perf_counter() - started
-        metrics = evaluate(data.dev, data.questions, encode, data.skip_dev_without_relevant)
-        extra_metrics = _extra_metrics(extras, encode, tokenized)
-        seconds = time.perf_counter() - started
-        means = {k: round(float(np.mean([s[k] for s in steps])), 4) for k in (steps or [{}])[0]}
-        record = {
-            "epoch": epoch,
-            "loss": means.get("loss", 0.0),
-            **{m: round(metrics[m], 4) for m in METRICS},
-            **{k: v for k, v in means.items() if k != "loss"},
-            **extra_metrics,
-            "examples_per_s": round(len(examples) / max(train_seconds, 1e-9), 1),
-            "seconds": round(seconds, 2),
-        }
-        run["history"].append(record)
-        run["train_seconds"] = round(run["train_seconds"] + seconds, 2)
-        extra_states = {name: m.state_dict() for name, m in extras.modules().items()}
-        if metrics[config.early_stop] > best:
-            best, bad_epochs = metrics[config.early_stop], 0
-            run["best_epoch"], run["dev_metrics"] = epoch, {m: record[m] for m in METRICS}
-            torch.save(
-                {"model": model.state_dict(), "epoch": epoch, "extras": extra_states},
-                out_dir / BEST_FILE,
-            )
-        else:
-            bad_epochs += 1
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "epoch": epoch,
-                "bad_epochs": bad_epochs,
-                "extras": extra_states,
-            },
-            last_path,
-        )
-        _save_json(out_dir / RUN_FILE, run)
-        if show_progress:
-            console.print(_epoch_line(record, seconds))
-    return run
+    return fit(
+        model,
+        optimizer,
+        run,
+        state,
+        config,
+        data,
+        out_dir,
+        step=lambda batch, rng: train_step(
+            model, optimizer, batch, tokenized, device, config, extras, rng
+        ),
+        score_dev=lambda: evaluate(
+            data.dev, data.questions, encode, data.skip_dev_without_relevant
+        ),
+        console=console,
+        show_progress=show_progress,
+        hard_negatives=hard_negatives,
+        epoch_metrics=lambda: _extra_metrics(extras, encode, tokenized),
+        extra_states=lambda: {name: m.state_dict() for name, m in extras.modules().items()},
+    )
 
 
 def _epoch_line(record: dict, seconds: float) -> str:
