@@ -52,7 +52,7 @@ from qres.search import MODES, SearchPipeline
 
 DATASETS = ("askubuntu", "semeval2016", "android")
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
-ANDROID_CORPUS_FILES = ("corpus.tsv.gz", "corpus.tsv", "corpus.txt")
+ANDROID_CORPUS_FILES = ("corpus.tsv.gz", "corpus.tsv", "corpus.txt.gz", "corpus.txt")
 AUC_MAX_FPR = 0.05
 AUC_COLUMN = "AUC(0.05)"
 # Corpus questions the BOW-CNN scorer compares with all queries at once (bounds memory).
@@ -352,7 +352,7 @@ def android_corpus_path(data_dir: Path) -> Path:
         data_dir,
         None,
         f"no Android corpus here: expected {', '.join(ANDROID_CORPUS_FILES)} "
-        "(id<TAB>title<TAB>body lines): pass --data-dir DIR",
+        "(id<TAB>title<TAB>body lines)",
     )
 
 

@@ -23,9 +23,9 @@ from torch import Tensor, nn
 
 from qres import metrics
 from qres.corpus import CorpusError, Question, detect_format, read_corpus
-from qres.datasets import RankingQuery, load_pairwise, load_semeval_xml
+from qres.datasets import RankingQuery, load_semeval_xml
+from qres.evaluate import android_corpus_path, load_android
 
-CORPUS_NAMES = ("corpus.tsv.gz", "corpus.tsv", "corpus.txt.gz", "corpus.txt")
 HELDOUT_PER_DOMAIN = 500  # questions of each domain kept out to measure the classifier
 
 
@@ -68,38 +68,37 @@ class DomainClassifier(nn.Module):
 class TargetDomain:
     path: str
     questions: dict[str, Question]
-    pairs: dict[str, dict[str, int]] = field(default_factory=dict)  # Android dev labels
-    pairs_file: str | None = None
+    pairs: list[RankingQuery] = field(default_factory=list)  # Android dev pairs, by query
     ranking: list[RankingQuery] = field(default_factory=list)  # SemEval-layout labels
 
 
 def load_target(path: str | Path) -> TargetDomain:
-    """The target questions (duplicate ids keep the last text) and any Android dev pairs."""
+    """The target questions (duplicate ids keep the last text) and any labels to report."""
     path = Path(path)
-    pairs, pairs_file = {}, None
-    corpus = path
-    if path.is_dir():
-        corpus = next((path / n for n in CORPUS_NAMES if (path / n).exists()), None)
-        if corpus is None:
-            raise CorpusError(path, None, f"no target corpus ({' or '.join(CORPUS_NAMES)})")
+    if path.is_dir():  # the Android layout, read as `qres evaluate --dataset android` does
+        corpus = android_corpus_path(path)
         if (path / "dev.pos.txt").exists() and (path / "dev.neg.txt").exists():
-            pairs = load_pairwise(path / "dev.pos.txt", path / "dev.neg.txt")
-            pairs_file = str(path / "dev.pos.txt")
-    elif not path.exists():
+            labelled = load_android(path, "dev")
+            return _checked(TargetDomain(str(corpus), labelled.questions, labelled.queries))
+        return _checked(TargetDomain(str(corpus), _read(corpus, "askubuntu")))
+    if not path.exists():
         raise CorpusError(path, None, "target corpus not found")
-    fmt = "askubuntu" if corpus.name in CORPUS_NAMES else detect_format(corpus)
-    questions = {q.id: q for q in read_corpus(corpus, fmt)}
-    ranking = []
+    fmt = detect_format(path)
+    questions, ranking = _read(path, fmt), []
     if fmt == "semeval-xml":  # original questions are target text too; labels only reported
-        ranking = load_semeval_xml(corpus).queries
+        ranking = load_semeval_xml(path).queries
         questions.update({q.id: q.question for q in ranking if q.question is not None})
-    if len(questions) < 2:
-        raise CorpusError(corpus, None, "the target corpus needs at least 2 questions")
-    for query, labels in pairs.items():
-        for qid in (query, *labels):
-            if qid not in questions:
-                raise CorpusError(pairs_file, None, f"id {qid} is not in {corpus.name}")
-    return TargetDomain(str(corpus), questions, pairs, pairs_file, ranking)
+    return _checked(TargetDomain(str(path), questions, ranking=ranking))
+
+
+def _read(corpus: Path, fmt: str) -> dict[str, Question]:
+    return {q.id: q for q in read_corpus(corpus, fmt)}
+
+
+def _checked(target: TargetDomain) -> TargetDomain:
+    if len(target.questions) < 2:
+        raise CorpusError(target.path, None, "the target corpus needs at least 2 questions")
+    return target
 
 
 def heldout_split(ids: list[str], seed: int, salt: int) -> tuple[list[str], list[str]]:
@@ -122,10 +121,10 @@ def classifier_accuracy(classifier: DomainClassifier, source: Tensor, target: Te
 def target_auc(target: TargetDomain, vectors: dict[str, np.ndarray]) -> float:
     """AUC(0.05), in percent, of cosine scores over all of the target's labelled pairs."""
     labels, scores = [], []
-    for query, candidates in target.pairs.items():
-        for candidate, label in candidates.items():
-            labels.append(label)
-            scores.append(float(vectors[query] @ vectors[candidate]))
+    for query in target.pairs:
+        for candidate in query.candidates:
+            labels.append(candidate in query.relevant)
+            scores.append(float(vectors[query.id] @ vectors[candidate]))
     return metrics.auc_percent(labels, scores)
 
 

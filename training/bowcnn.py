@@ -41,10 +41,10 @@ from torch import Tensor, nn
 from qres.bowcnn import SCORER, BowCnnScorer
 from qres.corpus import Question
 from qres.datasets import RankingQuery
-from qres.metrics import summarize
 from qres.vocab import UNK_ID, Vocab
 from training.data import Example, TokenizedQuestions, TrainingData, load_dataset
 from training.encoders import EncoderConfig, QuestionEncoder
+from training.evaluate import evaluate
 from training.train import (
     BEST_FILE,
     LAST_FILE,
@@ -142,17 +142,11 @@ def evaluate_scorer(
     skip_without_relevant: bool,
 ) -> dict[str, float]:
     """MAP, MRR, P@1, P@5 (percent) of each query's candidates ranked by the scorer."""
-    ids = list(dict.fromkeys(i for q in queries for i in (q.id, *q.candidates)))
-    own = {q.id: q.question for q in queries if q.question is not None}
-    represented = scorer.represent([questions[i] if i in questions else own[i] for i in ids])
-    row = {qid: n for n, qid in enumerate(ids)}
-    rankings = []
-    for q in queries:
-        candidates = represented.rows([row[c] for c in q.candidates])
-        scores = scorer.scores(represented.rows([row[q.id]]), candidates)[0]
-        order = np.argsort(-scores, kind="stable")
-        rankings.append([q.candidates[i] in q.relevant for i in order])
-    return summarize(rankings, skip_without_relevant=skip_without_relevant)
+
+    def score(represented, query: int, candidates: list[int]) -> np.ndarray:
+        return scorer.scores(represented.rows([query]), represented.rows(candidates))[0]
+
+    return evaluate(queries, questions, scorer.represent, skip_without_relevant, score)
 
 
 def _check_config(config: TrainConfig) -> None:

@@ -14,6 +14,7 @@ training.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -160,6 +161,7 @@ def pretrain(
         rng = np.random.default_rng([config.seed, 1000 + epoch])
         torch.manual_seed(config.seed * 1000 + 500 + epoch)
         order = rng.permutation(len(train_pairs))
+        started = time.perf_counter()
         model.train()
         decoder.train()
         losses = []
@@ -184,7 +186,9 @@ def pretrain(
             optimizer.step()
             losses.append(loss.item())
             if task is not None:
-                progress.update(task, completed=start + len(batch), loss=float(np.mean(losses)))
+                done = start + len(batch)
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                progress.update(task, completed=done, loss=float(np.mean(losses)), rate=rate)
         if task is not None:
             progress.remove_task(task)
         record = {

@@ -333,7 +333,7 @@ def _extra_metrics(extras: Extras, encode, tokenized) -> dict:
         out["domain_probe_accuracy"] = round(probe_accuracy(source, target), 2)
         extras.domain.train()
         if extras.target.pairs:
-            ids = sorted({i for q, c in extras.target.pairs.items() for i in (q, *c)})
+            ids = sorted({i for q in extras.target.pairs for i in (q.id, *q.candidates)})
             vectors = dict(zip(ids, encode([extras.target.questions[i] for i in ids]), strict=True))
             out["target_AUC0.05"] = round(target_auc(extras.target, vectors), 2)
         if extras.target.ranking:
