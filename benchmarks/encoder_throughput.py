@@ -35,10 +35,10 @@ from qres.datasets import load_semeval_xml  # noqa: E402
 from qres.encoder import Encoder  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS, tokenize  # noqa: E402
+from qres.training.encoders import ENCODERS, EncoderConfig, QuestionEncoder  # noqa: E402
+from qres.training.export import export_onnx  # noqa: E402
+from qres.training.train import TrainConfig, load_trained, torch_encoder  # noqa: E402
 from qres.vocab import Vocab  # noqa: E402
-from training.encoders import ENCODERS, EncoderConfig, QuestionEncoder  # noqa: E402
-from training.export import export_onnx  # noqa: E402
-from training.train import TrainConfig, load_trained, torch_encoder  # noqa: E402
 
 
 def sample_questions(n: int) -> tuple[list[Question], str]:

@@ -659,17 +659,10 @@ def _register_optional_commands() -> None:
     from qres.download import download_command
     from qres.kibana import kibana_setup
     from qres.tags import tags_command
+    from qres.training.commands import export_onnx, train
 
-    cli.add_command(download_command)
-    cli.add_command(kibana_setup)
-    cli.add_command(tags_command)
-    try:
-        from training.commands import export_onnx, train
-    except ImportError:  # an install without the training package
-        pass
-    else:
-        cli.add_command(train)
-        cli.add_command(export_onnx)
+    for command in (download_command, kibana_setup, tags_command, train, export_onnx):
+        cli.add_command(command)
 
 
 def main() -> None:

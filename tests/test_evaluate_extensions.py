@@ -359,9 +359,9 @@ def test_unknown_pair_ids_raise_corpus_error(tmp_path):
 
 def test_trained_bow_cnn_export_evaluates_on_android(run, tmp_path):
     from qres.bowcnn import BowCnnScorer
+    from qres.training.bowcnn import train_bowcnn
+    from qres.training.export import export_onnx
     from tests.training.helpers import tiny_config
-    from training.bowcnn import train_bowcnn
-    from training.export import export_onnx
 
     train_bowcnn(tiny_config(encoder="bowcnn", epochs=1), tmp_path / "run", show_progress=False)
     export_onnx(tmp_path / "run", tmp_path / "model")

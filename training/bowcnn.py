@@ -2,8 +2,8 @@
 
     s(q, c) = β1 · cos(bow_q, bow_c) + β2 · cos(cnn_q, cnn_c),   β1 = bow_beta, β2 = 1 − β1
 
-* ``cnn`` — a ``training.encoders.QuestionEncoder`` of kind ``cnn`` (title and body unit
-  vectors averaged), built as ``training.train`` builds one;
+* ``cnn`` — a ``qres.training.encoders.QuestionEncoder`` of kind ``cnn`` (title and body unit
+  vectors averaged), built as ``qres.training.train`` builds one;
 * ``bow`` — the question's title and body token ids (``TokenizedQuestions``, cut to
   title_max/body_max), entry ``tf(w) · weight[w]``. ``weight`` is learned, initialised to the
   IDF over the vocabulary questions (``data.vocab_ids``), log(N / df(w)). A word that no such
@@ -13,14 +13,14 @@
 
 Loss: log(1 + exp(−γ·(s(q, p+) − s(q, p−)))) (as softplus), p− being the highest-scoring of
 the example's sampled negatives: the one the model confuses most, as the max-margin loss of
-``training.losses`` picks it.
+``qres.training.losses`` picks it.
 
 A batch's bag-of-words cosines are computed over the words of that batch only: word ids are
 renumbered with ``torch.unique`` and term frequencies scattered into [n, V_batch], never
 [n, |V|]. Dev scores go through ``qres.bowcnn.BowCnnScorer`` (with the torch CNN), the code
 that serves the exported model.
 
-The run directory is that of ``training.train`` (run.json, vocab.txt, last.pt, best.pt,
+The run directory is that of ``qres.training.train`` (run.json, vocab.txt, last.pt, best.pt,
 same seeding, same resume); the checkpoints hold the whole ``BowCnn`` and run.json adds
 ``"scorer": "bow-cnn"`` and ``"beta": [β1, β2]``.
 """
@@ -41,11 +41,10 @@ from torch import Tensor, nn
 from qres.bowcnn import SCORER, BowCnnScorer
 from qres.corpus import Question
 from qres.datasets import RankingQuery
-from qres.vocab import UNK_ID, Vocab
-from training.data import Example, TokenizedQuestions, TrainingData, load_dataset
-from training.encoders import EncoderConfig, QuestionEncoder
-from training.evaluate import evaluate
-from training.train import (
+from qres.training.data import Example, TokenizedQuestions, TrainingData, load_dataset
+from qres.training.encoders import EncoderConfig, QuestionEncoder
+from qres.training.evaluate import evaluate
+from qres.training.train import (
     BEST_FILE,
     LAST_FILE,
     RUN_FILE,
@@ -59,6 +58,7 @@ from training.train import (
     resolve_device,
     torch_encoder,
 )
+from qres.vocab import UNK_ID, Vocab
 
 
 def idf_weights(id_lists: Iterable[Sequence[int]], vocab_size: int) -> np.ndarray:

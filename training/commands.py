@@ -9,8 +9,8 @@ import click
 
 TORCH_MISSING = "torch is not installed: pip install 'qres[train]'"
 
-ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn")  # + training.bowcnn
-DATASET_CHOICES = ("semeval2016", "askubuntu")  # training.data.DATASETS
+ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn")  # + qres.training.bowcnn
+DATASET_CHOICES = ("semeval2016", "askubuntu")  # qres.training.data.DATASETS
 
 
 def _fail(message: str) -> None:
@@ -210,9 +210,9 @@ def train(out_dir: Path, resume: bool, **options) -> None:
     from rich.console import Console
 
     from qres.corpus import CorpusError
-    from training.train import TrainConfig, TrainError, history_table
-    from training.train import train as run_training
-    from training.vectors import VectorsError
+    from qres.training.train import TrainConfig, TrainError, history_table
+    from qres.training.train import train as run_training
+    from qres.training.vectors import VectorsError
 
     console = Console(stderr=True)
     settings = {k: v for k, v in options.items() if v is not None}
@@ -281,10 +281,10 @@ card with the fingerprint), after checking onnxruntime against torch.""",
 def export_onnx(run_dir: Path, out_dir: Path) -> None:
     """Export a training run (its best epoch) or a checkpoint file to ONNX for serving."""
     _import_training()
-    from training.export import ExportError
-    from training.export import export_onnx as run_export
-    from training.tags import export_head
-    from training.train import TrainError
+    from qres.training.export import ExportError
+    from qres.training.export import export_onnx as run_export
+    from qres.training.tags import export_head
+    from qres.training.train import TrainError
 
     try:
         card = run_export(run_dir, out_dir)

@@ -159,7 +159,7 @@ def _dev_ids(dev: list[RankingQuery]):
 
 
 def vocab_sentences(data: TrainingData) -> list[list[str]]:
-    """Title and body tokens of the vocabulary questions (see ``training.vectors``)."""
+    """Title and body tokens of the vocabulary questions (see ``qres.training.vectors``)."""
     return question_sentences(data.questions[qid] for qid in data.vocab_ids)
 
 

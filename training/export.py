@@ -1,7 +1,7 @@
 """Export a trained encoder to an ONNX model directory that ``qres.encoder.Encoder`` serves.
 
 Graphs are exported with torch's TorchScript-based exporter (``dynamo=False``): the RCNN
-recurrence is a scripted loop (``training.encoders.rcnn_recurrence``) and becomes an ONNX
+recurrence is a scripted loop (``qres.training.encoders.rcnn_recurrence``) and becomes an ONNX
 ``Loop`` over however many tokens come in, and nn.GRU/nn.LSTM become ONNX GRU/LSTM nodes,
 so no graph is specialised to the length it was traced at. Batch and length are dynamic;
 the runtime cuts titles and bodies to the card's maximum lengths, as training did.
@@ -11,7 +11,7 @@ With separate title and body encoders two graphs are written, ``model.onnx`` (ti
 Every export is checked: onnxruntime must match torch within 1e-4 on random batches of
 1, 3 and 16 rows and lengths 1, 7 and the maximum.
 
-A BOW-CNN run (``training.bowcnn``) exports its CNN encoder this way and adds its learned
+A BOW-CNN run (``qres.training.bowcnn``) exports its CNN encoder this way and adds its learned
 bag-of-words weights, ``bow_weights.npy``, for ``qres.bowcnn.BowCnnScorer``.
 """
 
@@ -31,9 +31,9 @@ from torch import nn
 from qres.bowcnn import BOW_WEIGHTS_FILE, SCORER, file_sha256
 from qres.encoder import CARD_FILE, CARD_FORMAT, VOCAB_FILE, fingerprint
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
-from training.bowcnn import is_bowcnn_run, load_bowcnn
-from training.encoders import FieldEncoder
-from training.train import load_trained
+from qres.training.bowcnn import is_bowcnn_run, load_bowcnn
+from qres.training.encoders import FieldEncoder
+from qres.training.train import load_trained
 
 OPSET = 17
 PARITY_TOLERANCE = 1e-4

@@ -5,7 +5,7 @@ words a deployment never sees carry nothing the model learned; dropping them shr
 ONNX file (the 50,000 extra GloVe words are 10 MB of the 11 MB) without changing a single
 vector for text made of the kept words. Words dropped become ``<unk>``.
 
-    python -m training.prune_vocab MODEL_DIR OUT_DIR CORPUS [CORPUS ...]
+    python -m qres.training.prune_vocab MODEL_DIR OUT_DIR CORPUS [CORPUS ...]
 
 CORPUS: any file ``qres index`` reads. The card records what was kept and from where.
 """

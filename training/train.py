@@ -37,8 +37,7 @@ from rich.table import Table
 from qres.corpus import Question
 from qres.tags import TAG_METRICS
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
-from qres.vocab import Vocab
-from training.adapt import (
+from qres.training.adapt import (
     DomainClassifier,
     TargetDomain,
     classifier_accuracy,
@@ -47,7 +46,7 @@ from training.adapt import (
     probe_accuracy,
     target_auc,
 )
-from training.data import (
+from qres.training.data import (
     Example,
     HardNegatives,
     TokenizedQuestions,
@@ -58,12 +57,13 @@ from training.data import (
     question_sentences,
     vocab_sentences,
 )
-from training.encoders import EncoderConfig, QuestionEncoder
-from training.evaluate import evaluate
-from training.losses import DEFAULT_MARGIN, max_margin_loss
-from training.pretrain import pretrain
-from training.tags import TagHead, head_metrics, tag_labels, tagged_split, tfidf_baseline
-from training.vectors import build_vocab, load_vectors
+from qres.training.encoders import EncoderConfig, QuestionEncoder
+from qres.training.evaluate import evaluate
+from qres.training.losses import DEFAULT_MARGIN, max_margin_loss
+from qres.training.pretrain import pretrain
+from qres.training.tags import TagHead, head_metrics, tag_labels, tagged_split, tfidf_baseline
+from qres.training.vectors import build_vocab, load_vectors
+from qres.vocab import Vocab
 
 RUN_FILE, VOCAB_FILE, LAST_FILE, BEST_FILE = "run.json", "vocab.txt", "last.pt", "best.pt"
 PRETRAINED_FILE = "pretrained.pt"  # the encoder after pre-training, before fine-tuning
@@ -468,7 +468,7 @@ def train(
     console = console or Console(stderr=True)
     config, run = open_run(config, out_dir, resume)
     if config.encoder == "bowcnn":
-        from training.bowcnn import fit_bowcnn
+        from qres.training.bowcnn import fit_bowcnn
 
         return fit_bowcnn(config, out_dir, run, data, console, show_progress, hard_negatives)
     device = resolve_device(config.device)

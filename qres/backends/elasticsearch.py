@@ -33,6 +33,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -56,7 +57,8 @@ from qres.text import bm25_terms, tokenize
 
 log = logging.getLogger(__name__)
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "es_config"
+# es_config/ of the repository, installed as the package qres.es_config (a wheel has no checkout).
+CONFIG_DIR = resources.files("qres.es_config")
 DEFAULT_URL = "http://localhost:9200"
 DEFAULT_INDEX = "qres-questions"
 DEFAULT_LOG_INDEX = "qres-search-log"

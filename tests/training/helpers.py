@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
+from qres.training.encoders import EncoderConfig, QuestionEncoder
 from qres.vocab import pad_batch
 from tests.askubuntu_fixture import FIXTURE
-from training.encoders import EncoderConfig, QuestionEncoder
 
 __all__ = ["FIXTURE"]
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -16,7 +16,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 def tiny_config(**overrides):
     """A TrainConfig small enough for a test: 16-d random vectors, 12-d encoder."""
-    from training.train import TrainConfig
+    from qres.training.train import TrainConfig
 
     values = dict(
         dataset="askubuntu",

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from qres.corpus import CorpusError
+from qres.training.adapt import DomainClassifier, load_target, probe_accuracy, reverse_gradient
+from qres.training.train import train
 from qres.vocab import Vocab
 from tests.training.helpers import tensors, tiny_config, tiny_model
-from training.adapt import DomainClassifier, load_target, probe_accuracy, reverse_gradient
-from training.train import train
 
 BREAD = [
     ("1", "bread dough does not rise", "my yeast dough stays flat after two hours"),

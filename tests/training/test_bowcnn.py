@@ -12,8 +12,7 @@ import torch
 from qres.bowcnn import BOW_WEIGHTS_FILE, BowCnnScorer, is_bowcnn_model
 from qres.corpus import Question
 from qres.encoder import EncoderError
-from tests.training.helpers import FIXTURE, tiny_config, tiny_model
-from training.bowcnn import (
+from qres.training.bowcnn import (
     BowCnn,
     evaluate_scorer,
     idf_weights,
@@ -21,9 +20,10 @@ from training.bowcnn import (
     logistic_pairwise_loss,
     train_bowcnn,
 )
-from training.data import encode_id_lists, load_dataset
-from training.export import export_onnx
-from training.train import TrainError, history_table, train
+from qres.training.data import encode_id_lists, load_dataset
+from qres.training.export import export_onnx
+from qres.training.train import TrainError, history_table, train
+from tests.training.helpers import FIXTURE, tiny_config, tiny_model
 
 
 def bowcnn_config(**overrides):

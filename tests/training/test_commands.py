@@ -10,8 +10,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from qres.encoder import Encoder
+from qres.training.commands import TORCH_MISSING, export_onnx, train
 from tests.training.helpers import FIXTURE
-from training.commands import TORCH_MISSING, export_onnx, train
 
 TINY = [
     "--dataset",
@@ -31,7 +31,7 @@ TINY = [
 
 
 def test_importing_the_commands_does_not_import_torch():
-    code = "import sys, training.commands; print('torch' in sys.modules)"
+    code = "import sys, qres.training.commands; print('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

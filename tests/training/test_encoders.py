@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qres.vocab import UNK_ID
-from tests.training.helpers import tensors, tiny_model
-from training.encoders import (
+from qres.training.encoders import (
     ENCODERS,
     POOLINGS,
     EncoderConfig,
@@ -15,6 +13,8 @@ from training.encoders import (
     rcnn_recurrence,
     rcnn_recurrence_scripted,
 )
+from qres.vocab import UNK_ID
+from tests.training.helpers import tensors, tiny_model
 
 CASES = [(kind, pooling) for kind in ENCODERS for pooling in POOLINGS[kind]]
 

@@ -10,11 +10,11 @@ import torch
 
 from qres.corpus import Question
 from qres.encoder import Encoder
+from qres.training.data import encode_id_lists
+from qres.training.encoders import ENCODERS, POOLINGS
+from qres.training.export import export_field_encoder, export_onnx, parity_error
+from qres.training.train import load_trained, train
 from tests.training.helpers import tiny_config, tiny_model
-from training.data import encode_id_lists
-from training.encoders import ENCODERS, POOLINGS
-from training.export import export_field_encoder, export_onnx, parity_error
-from training.train import load_trained, train
 
 LENGTHS = (1, 7, 100)
 

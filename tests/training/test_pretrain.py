@@ -7,11 +7,11 @@ import math
 
 import torch
 
+from qres.training.data import TokenizedQuestions, load_dataset
+from qres.training.pretrain import TitleDecoder, heldout_perplexity, pretrain, split_heldout
+from qres.training.train import PRETRAINED_FILE, train
 from qres.vocab import Vocab
 from tests.training.helpers import FIXTURE, tiny_config, tiny_model
-from training.data import TokenizedQuestions, load_dataset
-from training.pretrain import TitleDecoder, heldout_perplexity, pretrain, split_heldout
-from training.train import PRETRAINED_FILE, train
 
 
 def test_a_decoder_that_knows_nothing_has_the_perplexity_of_its_class_count():
@@ -43,7 +43,7 @@ def test_pretraining_lowers_the_loss_and_the_heldout_perplexity_and_moves_the_en
     vocab = Vocab.from_words(sorted({w for q in data.questions.values() for w in q.text.split()}))
     config = tiny_config(pretrain_epochs=6, lr=5e-3)
     torch.manual_seed(0)
-    from training.encoders import EncoderConfig, QuestionEncoder
+    from qres.training.encoders import EncoderConfig, QuestionEncoder
 
     model = QuestionEncoder(
         EncoderConfig("gru", len(vocab), 16, hidden=12, dropout=0.0, finetune_embeddings=True)

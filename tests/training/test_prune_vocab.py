@@ -2,7 +2,7 @@ import numpy as np
 
 from qres.corpus import Question
 from qres.encoder import Encoder
-from training.prune_vocab import corpus_words, prune_vocab
+from qres.training.prune_vocab import corpus_words, prune_vocab
 
 from ..test_serving_model import MODEL
 

@@ -10,9 +10,9 @@ import torch
 
 from qres.corpus import Question
 from qres.tags import TagPredictor, tag_metrics
+from qres.training.tags import TagHead, tfidf_baseline
+from qres.training.train import TrainError, train
 from tests.training.helpers import FIXTURE, tiny_config, write_semeval_fixture
-from training.tags import TagHead, tfidf_baseline
-from training.train import TrainError, train
 
 TINY = [
     "--encoder", "gru", "--hidden", "12", "--vectors", "random",
@@ -100,14 +100,14 @@ def test_train_tags_export_and_suggest_from_the_command_line(tmp_path, run):
     suggested = json.loads(result.output)
     assert len(suggested) == 3
     # the same scores as the torch head on the torch encoder
-    from training.train import load_trained
+    from qres.training.train import load_trained
 
     encoder, vocab, _ = load_trained(out)
     state = torch.load(out / "best.pt", weights_only=False)["extras"]["tags"]
     labels = json.loads((out / "run.json").read_text())["tag_labels"]
     head = TagHead(encoder.config.output_dim, labels)
     head.load_state_dict(state)
-    from training.data import encode_id_lists
+    from qres.training.data import encode_id_lists
 
     with torch.no_grad():
         ids = vocab.encode_question("wifi keeps dropping", "")

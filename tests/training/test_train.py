@@ -12,19 +12,19 @@ import torch
 from qres.corpus import Question
 from qres.datasets import RankingQuery, TrainQuery
 from qres.encoder import Encoder
-from tests.training.helpers import FIXTURE, SHARED_DATA, tiny_config
-from training.data import (
+from qres.training.data import (
     TokenizedQuestions,
     TrainingData,
     epoch_examples,
     load_dataset,
 )
-from training.encoders import ENCODERS, EncoderConfig, QuestionEncoder
-from training.evaluate import evaluate
-from training.export import export_onnx
-from training.losses import max_margin_loss
-from training.train import TrainConfig, TrainError, train, train_step
-from training.vectors import build_vocab
+from qres.training.encoders import ENCODERS, EncoderConfig, QuestionEncoder
+from qres.training.evaluate import evaluate
+from qres.training.export import export_onnx
+from qres.training.losses import max_margin_loss
+from qres.training.train import TrainConfig, TrainError, train, train_step
+from qres.training.vectors import build_vocab
+from tests.training.helpers import FIXTURE, SHARED_DATA, tiny_config
 
 
 def test_max_margin_loss_counts_only_the_worst_negative():

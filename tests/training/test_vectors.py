@@ -7,8 +7,7 @@ import gzip
 import numpy as np
 import pytest
 
-from qres.vocab import PAD, UNK
-from training.vectors import (
+from qres.training.vectors import (
     VectorsError,
     WordVectors,
     build_vocab,
@@ -16,6 +15,7 @@ from training.vectors import (
     read_text_vectors,
     train_word2vec,
 )
+from qres.vocab import PAD, UNK
 
 
 def write(path, text, zipped=False):
