@@ -14,20 +14,21 @@ from pathlib import Path
 import numpy as np
 
 from qres.corpus import Question
-from qres.evaluate import load_semeval, semeval_questions
+from qres.datasets import dataset_dir, load_semeval, semeval_questions
 from qres.text import tokenize
 
 
 class SyntheticForum:
     def __init__(self, data_dir: Path, seed: int = 0):
-        questions = list(semeval_questions(data_dir))
+        folder = dataset_dir("semeval2016", data_dir)
+        questions = list(semeval_questions(folder))
         words = Counter(t for q in questions for t in tokenize(q.text) if t[0].isalnum())
         self.vocab = np.array(list(words))
         counts = np.array(list(words.values()), dtype=float)
         self.p = counts / counts.sum()
         self.title_lengths = np.array([max(1, len(tokenize(q.title))) for q in questions])
         self.body_lengths = np.array([len(tokenize(q.body)) for q in questions])
-        self.queries = [q.question.title for q in load_semeval(data_dir, "dev").queries]
+        self.queries = [q.question.title for q in load_semeval(folder, "dev").queries]
         self.rng = np.random.default_rng(seed)
 
     def _text(self, n: int) -> str:

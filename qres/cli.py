@@ -352,11 +352,6 @@ def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
 # -- evaluate -----------------------------------------------------------------------------
 
 
-def _default_data_dir() -> Path:
-    shared = paths.repo_shared_data()
-    return shared if shared.exists() else paths.data_dir()
-
-
 def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
     """``--accuracy-at 1,5 --accuracy-at 10`` → (1, 5, 10)."""
     cutoffs = set()
@@ -454,10 +449,11 @@ def evaluate(
     from contextlib import ExitStack
 
     from qres import evaluate as ev
+    from qres.datasets import dataset_dir, default_data_dir
     from qres.fusion import Fusion
 
     if data_dir is None:
-        data_dir = _default_data_dir() / ("android" if dataset == "android" else "")
+        data_dir = dataset_dir("android") if dataset == "android" else default_data_dir()
     bowcnn = False
     if model is not None:
         from qres.bowcnn import BowCnnScorer, is_bowcnn_model
@@ -588,10 +584,11 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
       qres evaluate --dataset semeval2016 --model runs/gru/model
     """
     from qres import evaluate as ev
+    from qres.datasets import default_data_dir
     from qres.fusion import tune_fusion
 
     encoder = _load_encoder(model)
-    data_dir = data_dir or _default_data_dir()
+    data_dir = data_dir or default_data_dir()
     index_dir = paths.home() / "eval" / f"semeval2016-{encoder.fingerprint[:16]}"
     with obj.open(
         create=True, index_dir=index_dir, index=f"qres-eval-semeval2016-{encoder.fingerprint[:16]}"

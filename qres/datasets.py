@@ -7,17 +7,21 @@
   candidate ids, Lucene BM25 scores — and ``train_random.txt`` — query id, similar ids,
   random negative ids. Question texts live in the separate corpus file.
 * Android pairwise files (``dev.pos.txt``/``dev.neg.txt``): ``query_id candidate_id`` lines.
+
+Where the files lie is defined once, in :data:`LAYOUTS`: ``../shared/data``, ``qres download``,
+``qres evaluate`` and ``qres train`` all use ``<data dir>/<folder>/<file>``.
 """
 
 from __future__ import annotations
 
 import csv
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qres.corpus import CorpusError, Question, open_text
+from qres import paths
+from qres.corpus import CorpusError, Question, open_text, read_corpus
 
 # "Related" is the 2017 StackExchange sample's name for "Relevant".
 SEMEVAL_RELEVANT = frozenset({"PerfectMatch", "Relevant", "Related"})
@@ -172,3 +176,151 @@ def load_pairwise(pos_path: str | Path, neg_path: str | Path) -> dict[str, dict[
                     )
                 labels.setdefault(parts[0], {})[parts[1]] = label
     return labels
+
+
+# -- where each data set's files lie ------------------------------------------------------------
+
+SEMEVAL_PART1_CSV = "train-part1-subtaskB.csv"
+SEMEVAL_PART1_XML = "SemEval2016-Task3-CQA-QL-train-part1.xml"
+SEMEVAL_PART2_XML = "SemEval2016-Task3-CQA-QL-train-part2.xml"
+SEMEVAL_DEV_XML = "SemEval2016-Task3-CQA-QL-dev.xml"
+ANDROID_CORPUS_FILES = ("corpus.tsv.gz", "corpus.tsv", "corpus.txt.gz", "corpus.txt")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A data set's folder and the files of each split. A split is a sequence of parts; a
+    part names its file, or the files that can stand for it in order of preference."""
+
+    name: str
+    folder: str
+    splits: Mapping[str, tuple[tuple[str, ...], ...]]
+
+    def files(self, folder: Path, split: str) -> list[Path]:
+        """The file of each part of ``split`` in ``folder``; a missing one is a CorpusError."""
+        if split not in self.splits:
+            raise CorpusError(folder, None, f"{self.name} has no {split} split")
+        return [self._find(folder, names) for names in self.splits[split]]
+
+    def _find(self, folder: Path, names: tuple[str, ...]) -> Path:
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+        raise CorpusError(
+            folder / names[0],
+            None,
+            f"not found: run `qres download {self.name}` or pass --data-dir",
+        )
+
+
+LAYOUTS: dict[str, Layout] = {
+    "semeval2016": Layout(
+        "semeval2016",
+        "semeval2016-task3",
+        {
+            # The official zip has part 1 as XML; ../shared/data has the subtask B CSV of it.
+            "train": ((SEMEVAL_PART1_CSV, SEMEVAL_PART1_XML), (SEMEVAL_PART2_XML,)),
+            "dev": ((SEMEVAL_DEV_XML,),),
+        },
+    ),
+    "askubuntu": Layout(
+        "askubuntu",
+        "askubuntu",
+        {
+            "corpus": (("text_tokenized.txt.gz", "text_tokenized.txt"),),
+            "train": (("train_random.txt",),),
+            "dev": (("dev.txt",),),
+            "test": (("test.txt",),),
+        },
+    ),
+    "android": Layout(
+        "android",
+        "android",
+        {
+            "corpus": (ANDROID_CORPUS_FILES,),
+            "dev": (("dev.pos.txt",), ("dev.neg.txt",)),
+            "test": (("test.pos.txt",), ("test.neg.txt",)),
+        },
+    ),
+}
+
+
+def default_data_dir() -> Path:
+    """``../shared/data`` beside a source checkout if present, else the ``qres download`` dir."""
+    shared = paths.repo_shared_data()
+    return shared if shared.exists() else paths.data_dir()
+
+
+def dataset_dir(name: str, data_dir: Path | None = None) -> Path:
+    """The folder of data set ``name`` under ``data_dir`` (default :func:`default_data_dir`)."""
+    return (data_dir or default_data_dir()) / LAYOUTS[name].folder
+
+
+def load_semeval_file(path: Path) -> LabelledSet:
+    return load_semeval_csv(path) if path.suffix == ".csv" else load_semeval_xml(path)
+
+
+def load_semeval(folder: Path, split: str) -> LabelledSet:
+    """Every query and related question of the SemEval-2016 files of ``split`` in ``folder``."""
+    queries, questions = [], {}
+    for path in LAYOUTS["semeval2016"].files(folder, split):
+        labelled = load_semeval_file(path)
+        queries += labelled.queries
+        questions.update(labelled.questions)
+    return LabelledSet(queries, questions)
+
+
+def semeval_questions(folder: Path) -> Iterable[Question]:
+    """Every related question of the SemEval-2016 subtask B files (train and dev)."""
+    for split in ("train", "dev"):
+        yield from load_semeval(folder, split).questions.values()
+
+
+def android_corpus_path(folder: Path) -> Path:
+    try:
+        (path,) = LAYOUTS["android"].files(folder, "corpus")
+    except CorpusError:
+        raise CorpusError(
+            folder,
+            None,
+            f"no Android corpus here: expected {', '.join(ANDROID_CORPUS_FILES)} "
+            "(id<TAB>title<TAB>body lines)",
+        ) from None
+    return path
+
+
+def load_android(folder: Path, split: str) -> LabelledSet:
+    """The pairs of ``split`` as queries (candidates in file order, positives relevant) and
+    the whole corpus as ``questions``."""
+    corpus_path = android_corpus_path(folder)
+    questions = {q.id: q for q in read_corpus(corpus_path, "askubuntu")}
+    pos_path, neg_path = folder / f"{split}.pos.txt", folder / f"{split}.neg.txt"
+    labels = load_pairwise(pos_path, neg_path)
+    for path, label in ((pos_path, 1), (neg_path, 0)):
+        if not any(label in pairs.values() for pairs in labels.values()):
+            raise CorpusError(path, None, "no pairs: AUC needs positive and negative pairs")
+    unknown = {i for qid, pairs in labels.items() for i in (qid, *pairs) if i not in questions}
+    if unknown:
+        _raise_unknown(unknown, (pos_path, neg_path), corpus_path)
+    queries = [
+        RankingQuery(
+            qid,
+            list(pairs),
+            frozenset(c for c, label in pairs.items() if label == 1),
+            question=questions[qid],
+        )
+        for qid, pairs in labels.items()
+    ]
+    return LabelledSet(queries, questions)
+
+
+def _raise_unknown(unknown: set[str], files: Sequence[Path], corpus_path: Path) -> None:
+    """Name the first line that uses an id the corpus lacks."""
+    for path in files:
+        with open_text(path) as f:
+            for n, line in enumerate(f, 1):
+                for token in line.split():
+                    if token in unknown:
+                        raise CorpusError(
+                            path, n, f"question id {token!r} is not in {corpus_path.name}"
+                        )

@@ -1,6 +1,7 @@
 """``qres download``: fetch the public datasets into the qres data dir, resumably and verified.
 
-Every file lands in ``<dest>/<dataset>/<path>`` by way of ``<path>.part``: bytes are appended to
+Every file lands in ``<dest>/<folder>/<path>`` (the layout of :data:`qres.datasets.LAYOUTS`,
+which ``qres evaluate`` and ``qres train`` read) by way of ``<path>.part``: bytes are appended to
 the ``.part`` (so an interrupted download resumes), its sha256 is checked, and only then is it
 renamed into place. Files whose checksum we could not pin are trusted on first use: the hash of
 the first download is recorded in ``<dest>/checksums.json`` and later runs are held to it.
@@ -32,6 +33,7 @@ from rich.progress import (
 from rich.table import Column
 
 from qres import __version__, paths
+from qres.datasets import dataset_dir
 
 TIMEOUT_S = 30
 CHUNK_BYTES = 1 << 16
@@ -53,7 +55,7 @@ class Member:
 
 @dataclass(frozen=True)
 class RemoteFile:
-    path: str  # destination, relative to the dataset dir; also its path on a mirror
+    path: str  # destination, relative to the dataset's folder; also its path on a mirror
     url: str  # official public URL
     sha256: str | None  # None: not pinned, trusted on first use
     members: tuple[Member, ...] = ()  # non-empty for a zip whose members qres reads
@@ -125,13 +127,13 @@ def download(
     force: bool = False,
     progress: bool = True,
 ) -> list[Fetched]:
-    """Fetch ``dataset`` into ``dest_dir/dataset``; ``base_url`` is a mirror laid out as
+    """Fetch ``dataset`` into its folder under ``dest_dir``; ``base_url`` is a mirror laid out as
     ``<base_url>/<dataset>/<path>`` (http(s) or file://) used instead of the official hosts."""
     if dataset not in REGISTRY:
         raise DownloadError(f"unknown dataset {dataset!r}; choose one of {', '.join(REGISTRY)}")
     dest_dir = Path(dest_dir)
     book = ChecksumBook(dest_dir / CHECKSUMS_FILE)
-    session = _Session(dataset, dest_dir / dataset, book, base_url, force, progress)
+    session = _Session(dataset, dataset_dir(dataset, dest_dir), book, base_url, force, progress)
     session.dataset_dir.mkdir(parents=True, exist_ok=True)
     try:
         for remote in REGISTRY[dataset]:
@@ -421,6 +423,7 @@ def download_command(dataset: str, dest: Path | None, mirror: str | None, force:
             raise click.ClickException(str(err)) from None
         got = sum(f.action != "skipped" for f in fetched)
         console.print(
-            f"{name}: {got} fetched, {len(fetched) - got} already present, in {dest_dir / name}",
+            f"{name}: {got} fetched, {len(fetched) - got} already present, "
+            f"in {dataset_dir(name, dest_dir)}",
             highlight=False,
         )

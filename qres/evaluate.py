@@ -38,57 +38,29 @@ import numpy as np
 
 from qres import metrics
 from qres.backends.base import Backend, BackendError
-from qres.corpus import CorpusError, Question, open_text, read_corpus
+from qres.corpus import CorpusError, Question, read_corpus
 from qres.datasets import (
-    LabelledSet,
+    LAYOUTS,
     RankingQuery,
+    dataset_dir,
+    load_android,
     load_askubuntu_eval,
-    load_pairwise,
-    load_semeval_csv,
-    load_semeval_xml,
+    load_semeval,
+    semeval_questions,
 )
 from qres.indexing import index_questions
 from qres.search import MODES, SearchPipeline
 
 DATASETS = ("askubuntu", "semeval2016", "android")
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
-ANDROID_CORPUS_FILES = ("corpus.tsv.gz", "corpus.tsv", "corpus.txt.gz", "corpus.txt")
 AUC_MAX_FPR = 0.05
 AUC_COLUMN = "AUC(0.05)"
 # Corpus questions the BOW-CNN scorer compares with all queries at once (bounds memory).
 SCORING_CHUNK = 4096
-# Each file of a split, as laid out in ../shared/data or as `qres download` leaves it.
-SEMEVAL_FILES = {
-    "train": [
-        (
-            "semeval2016-task3/train-part1-subtaskB.csv",
-            "semeval2016/v3.2/train/SemEval2016-Task3-CQA-QL-train-part1.xml",
-        ),
-        (
-            "semeval2016-task3/SemEval2016-Task3-CQA-QL-train-part2.xml",
-            "semeval2016/v3.2/train/SemEval2016-Task3-CQA-QL-train-part2.xml",
-        ),
-    ],
-    "dev": [
-        (
-            "semeval2016-task3/SemEval2016-Task3-CQA-QL-dev.xml",
-            "semeval2016/v3.2/dev/SemEval2016-Task3-CQA-QL-dev.xml",
-        )
-    ],
-}
 
 
 def accuracy_column(k: int) -> str:
     return f"Acc@{k}"
-
-
-def semeval_path(data_dir: Path, options: tuple[str, ...]) -> Path:
-    for relative in options:
-        if (data_dir / relative).exists():
-            return data_dir / relative
-    raise CorpusError(
-        data_dir / options[0], None, "not found: run `qres download semeval2016` or pass --data-dir"
-    )
 
 
 @dataclass
@@ -323,76 +295,6 @@ def accuracy(
     return result
 
 
-# -- datasets -------------------------------------------------------------------------------
-
-
-def load_semeval(data_dir: Path, split: str) -> LabelledSet:
-    queries, questions = [], {}
-    if split not in SEMEVAL_FILES:
-        raise CorpusError(data_dir, None, f"SemEval-2016 subtask B has no {split} split here")
-    for options in SEMEVAL_FILES[split]:
-        path = semeval_path(data_dir, options)
-        labelled = load_semeval_csv(path) if path.suffix == ".csv" else load_semeval_xml(path)
-        queries += labelled.queries
-        questions.update(labelled.questions)
-    return LabelledSet(queries, questions)
-
-
-def semeval_questions(data_dir: Path) -> Iterable[Question]:
-    """Every related question of the SemEval-2016 subtask B files (train and dev)."""
-    for split in ("train", "dev"):
-        yield from load_semeval(data_dir, split).questions.values()
-
-
-def android_corpus_path(data_dir: Path) -> Path:
-    for name in ANDROID_CORPUS_FILES:
-        if (data_dir / name).is_file():
-            return data_dir / name
-    raise CorpusError(
-        data_dir,
-        None,
-        f"no Android corpus here: expected {', '.join(ANDROID_CORPUS_FILES)} "
-        "(id<TAB>title<TAB>body lines)",
-    )
-
-
-def load_android(data_dir: Path, split: str) -> LabelledSet:
-    """The pairs of ``split`` as queries (candidates in file order, positives relevant) and
-    the whole corpus as ``questions``."""
-    corpus_path = android_corpus_path(data_dir)
-    questions = {q.id: q for q in read_corpus(corpus_path, "askubuntu")}
-    pos_path, neg_path = data_dir / f"{split}.pos.txt", data_dir / f"{split}.neg.txt"
-    labels = load_pairwise(pos_path, neg_path)
-    for path, label in ((pos_path, 1), (neg_path, 0)):
-        if not any(label in pairs.values() for pairs in labels.values()):
-            raise CorpusError(path, None, "no pairs: AUC needs positive and negative pairs")
-    unknown = {i for qid, pairs in labels.items() for i in (qid, *pairs) if i not in questions}
-    if unknown:
-        _raise_unknown(unknown, (pos_path, neg_path), corpus_path)
-    queries = [
-        RankingQuery(
-            qid,
-            list(pairs),
-            frozenset(c for c, label in pairs.items() if label == 1),
-            question=questions[qid],
-        )
-        for qid, pairs in labels.items()
-    ]
-    return LabelledSet(queries, questions)
-
-
-def _raise_unknown(unknown: set[str], paths: Sequence[Path], corpus_path: Path) -> None:
-    """Name the first line that uses an id the corpus lacks."""
-    for path in paths:
-        with open_text(path) as f:
-            for n, line in enumerate(f, 1):
-                for token in line.split():
-                    if token in unknown:
-                        raise CorpusError(
-                            path, n, f"question id {token!r} is not in {corpus_path.name}"
-                        )
-
-
 # -- evaluations ----------------------------------------------------------------------------
 
 
@@ -418,8 +320,9 @@ def evaluate_semeval(
     accuracy_at: Sequence[int] = (),
 ) -> Evaluation:
     """``accuracy_at``: Acc@k over every related question of the train and dev files."""
-    labelled = load_semeval(data_dir, split)
-    corpus = partial(semeval_questions, data_dir)
+    folder = dataset_dir("semeval2016", data_dir)
+    labelled = load_semeval(folder, split)
+    corpus = partial(semeval_questions, folder)
     ranking = make_ranker(ranker, backend, encoder, fusion, scorer, labelled.questions, corpus)
     return _evaluate(
         "semeval2016", split, ranker, labelled.queries, {}, ranking, False, accuracy_at
@@ -440,12 +343,14 @@ def evaluate_askubuntu(
 ) -> Evaluation:
     """``accuracy_at``: Acc@k over every question of ``corpus``, indexed into
     ``corpus_backend`` (bm25, dense, hybrid) apart from the candidates' ``backend``."""
-    queries = load_askubuntu_eval(data_dir / "askubuntu" / f"{split}.txt")
+    folder = dataset_dir("askubuntu", data_dir)
+    (split_file,) = LAYOUTS["askubuntu"].files(folder, split)
+    queries = load_askubuntu_eval(split_file)
     texts: dict[str, Question] = {}
     if ranker != "given-order":
         if corpus is None:
             raise CorpusError(
-                data_dir / "askubuntu",
+                folder,
                 None,
                 f"ranking with {ranker} needs the question texts: pass --corpus "
                 "text_tokenized.txt.gz (from `qres download askubuntu`)",
@@ -500,8 +405,9 @@ def _pipeline(backend, encoder, fusion) -> SearchPipeline:
 def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):
     """(BM25, cosine, label) arrays of every SemEval ``split`` query's candidates, scored by
     the production pipeline: what :func:`qres.fusion.tune_fusion` learns from."""
-    labelled = load_semeval(data_dir, split)
-    ensure_index(backend, lambda: semeval_questions(data_dir), encoder)
+    folder = dataset_dir("semeval2016", data_dir)
+    labelled = load_semeval(folder, split)
+    ensure_index(backend, lambda: semeval_questions(folder), encoder)
     pipeline = SearchPipeline(backend, encoder)
     lists = []
     for q in labelled.queries:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qres.datasets import LAYOUTS
 from qres.download import REGISTRY, DownloadError, download, download_command
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -130,7 +131,7 @@ def test_semeval_zip_is_downloaded_and_its_members_extracted(tmp_path, mirror, s
         PART2: "extracted",
         DEV: "extracted",
     }
-    sem = dest / "semeval2016"
+    sem = dest / "semeval2016-task3"
     for name in (PART2, DEV):
         assert (sem / name).read_bytes() == (shared / "semeval2016-task3" / name).read_bytes()
     assert (sem / PART1).read_bytes() == PART1_STAND_IN
@@ -223,8 +224,8 @@ def test_corrupted_zip_member_fails_checksum(tmp_path, own_mirror):
     dest = tmp_path / "data"
     with pytest.raises(DownloadError, match=f"checksum mismatch for semeval2016/{PART2}"):
         download("semeval2016", dest, base_url=own_mirror.as_uri(), progress=False)
-    assert not (dest / "semeval2016" / PART2).exists()
-    assert not (dest / "semeval2016" / f"{PART2}.part").exists()
+    assert not (dest / "semeval2016-task3" / PART2).exists()
+    assert not (dest / "semeval2016-task3" / f"{PART2}.part").exists()
 
 
 def test_an_archive_that_is_not_a_zip_is_deleted_and_forgotten(tmp_path, own_mirror):
@@ -232,7 +233,7 @@ def test_an_archive_that_is_not_a_zip_is_deleted_and_forgotten(tmp_path, own_mir
     dest = tmp_path / "data"
     with pytest.raises(DownloadError, match="not a valid zip archive"):
         download("semeval2016", dest, base_url=own_mirror.as_uri(), progress=False)
-    assert not (dest / "semeval2016" / SEMEVAL_ZIP).exists()
+    assert not (dest / "semeval2016-task3" / SEMEVAL_ZIP).exists()
     assert json.loads((dest / "checksums.json").read_text()) == {}
 
 
@@ -366,7 +367,7 @@ def test_http_complete_part_file_is_verified_and_kept(tmp_path, http_mirror, sha
 
 def test_http_follows_redirects(tmp_path, http_mirror, shared):
     download("semeval2016", tmp_path / "data", base_url=f"{http_mirror}/moved", progress=False)
-    assert (tmp_path / "data" / "semeval2016" / DEV).read_bytes() == (
+    assert (tmp_path / "data" / "semeval2016-task3" / DEV).read_bytes() == (
         shared / "semeval2016-task3" / DEV
     ).read_bytes()
 
@@ -406,7 +407,7 @@ def test_cli_downloads_all_from_a_directory_mirror(tmp_path, mirror, shared):
     assert (dest / "askubuntu" / "dev.txt").read_bytes() == (
         shared / "askubuntu" / "dev.txt"
     ).read_bytes()
-    assert (dest / "semeval2016" / PART2).is_file()
+    assert (dest / "semeval2016-task3" / PART2).is_file()
 
 
 def test_cli_defaults_to_the_qres_data_dir(tmp_path, mirror, monkeypatch):
@@ -427,3 +428,36 @@ def test_cli_error_is_one_line_without_traceback(tmp_path, own_mirror):
     assert error_lines == [
         f"Error: mirror file not found: {(own_mirror / 'askubuntu' / 'heldout.txt').as_uri()}"
     ]
+
+
+def test_every_file_the_layout_reads_is_one_the_download_provides():
+    for name, remotes in REGISTRY.items():
+        provided = {r.path for r in remotes} | {m.path for r in remotes for m in r.members}
+        for split, parts in LAYOUTS[name].splits.items():
+            for alternatives in parts:
+                assert provided & set(alternatives), f"{name} {split}: {alternatives}"
+
+
+@pytest.mark.slow
+def test_download_then_evaluate_then_train(run, tmp_path, mirror):
+    """What `qres download` leaves is what evaluate and train read (part 1 as the zip's XML)."""
+    data = tmp_path / "home" / "data"
+    assert run("download", "semeval2016", "--mirror", mirror).exit_code == 0
+    result = run(
+        *("evaluate", "--dataset", "semeval2016", "--data-dir", data, "--json"),
+        *("--ranker", "given-order", "--ranker", "bm25"),
+    )
+    assert result.exit_code == 0, result.output
+    given, bm25 = json.loads(result.output)
+    # The reference figure of ../shared/data/README.md for the search engine's order.
+    assert round(given["metrics"]["MAP"], 2) == 71.35 and given["metrics"]["queries"] == 50
+    assert bm25["metrics"]["queries"] == 50 and bm25["metrics"]["MAP"] > 60
+    result = run(
+        *("train", "--dataset", "semeval2016", "--data-dir", data / "semeval2016-task3"),
+        *("--encoder", "cnn", "--hidden", "8", "--vectors", "random", "--epochs", "1"),
+        *("--out", tmp_path / "run"),
+    )
+    assert result.exit_code == 0, result.output
+    run_card = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [Path(f).name for f in run_card["training"]["files"]] == [PART1, PART2, DEV]
+    assert run_card["training"]["train_queries"] > 0

@@ -15,6 +15,7 @@ from sklearn.metrics import roc_auc_score
 from qres import evaluate as ev
 from qres.backends.embedded import EmbeddedBackend
 from qres.corpus import CorpusError, Question
+from qres.datasets import load_android
 from qres.indexing import index_questions
 from qres.text import tokenize
 from tests.askubuntu_fixture import FIXTURE
@@ -259,18 +260,17 @@ def semeval_xml(queries) -> str:
 def test_accuracy_at_k_on_semeval_ranks_every_related_question(run, tmp_path):
     """Dev queries a1, b1, c1 over related questions spread across the train and dev files:
     the same hits as above (the queries themselves are not related questions here)."""
-    base = tmp_path / "semeval2016" / "v3.2"
-    (base / "train").mkdir(parents=True)
-    (base / "dev").mkdir(parents=True)
+    base = tmp_path / "semeval2016-task3"
+    base.mkdir()
     train = [("T1", QUESTIONS["d1"], [("c3", False), ("f2", False)])]
     dev = [
         ("A", QUESTIONS["a1"], [("a2", True), ("f1", False)]),
         ("B", QUESTIONS["b1"], [("b2", True), ("b3", False)]),
         ("C", QUESTIONS["c1"], [("c2", True), ("d2", False)]),
     ]
-    (base / "train" / "SemEval2016-Task3-CQA-QL-train-part1.xml").write_text(semeval_xml(train))
-    (base / "train" / "SemEval2016-Task3-CQA-QL-train-part2.xml").write_text(semeval_xml([]))
-    (base / "dev" / "SemEval2016-Task3-CQA-QL-dev.xml").write_text(semeval_xml(dev))
+    (base / "SemEval2016-Task3-CQA-QL-train-part1.xml").write_text(semeval_xml(train))
+    (base / "SemEval2016-Task3-CQA-QL-train-part2.xml").write_text(semeval_xml([]))
+    (base / "SemEval2016-Task3-CQA-QL-dev.xml").write_text(semeval_xml(dev))
     (bm25,) = evaluate_json(
         run,
         *("--dataset", "semeval2016", "--data-dir", tmp_path, "--ranker", "bm25"),
@@ -351,7 +351,7 @@ def test_unknown_pair_ids_raise_corpus_error(tmp_path):
     data = write_android(tmp_path / "android")
     (data / "dev.neg.txt").write_text("a1 b3\nnope a2\n")
     with pytest.raises(CorpusError, match=r"dev\.neg\.txt:2: question id 'nope'"):
-        ev.load_android(data, "dev")
+        load_android(data, "dev")
 
 
 # -- bow-cnn end to end ---------------------------------------------------------------------
@@ -386,4 +386,4 @@ def test_trained_bow_cnn_export_evaluates_on_android(run, tmp_path):
 def test_an_empty_pair_file_is_named(tmp_path):
     data = write_android(tmp_path / "android", negatives=[])
     with pytest.raises(CorpusError, match=r"dev\.neg\.txt: no pairs"):
-        ev.load_android(data, "dev")
+        load_android(data, "dev")

@@ -23,8 +23,7 @@ from torch import Tensor, nn
 
 from qres import metrics
 from qres.corpus import CorpusError, Question, detect_format, read_corpus
-from qres.datasets import RankingQuery, load_semeval_xml
-from qres.evaluate import android_corpus_path, load_android
+from qres.datasets import RankingQuery, android_corpus_path, load_android, load_semeval_xml
 
 HELDOUT_PER_DOMAIN = 500  # questions of each domain kept out to measure the classifier
 

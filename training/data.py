@@ -2,7 +2,8 @@
 
 Two datasets:
 
-* ``semeval2016`` — train = train-part1 CSV + train-part2 XML, dev = the dev XML. Positives
+* ``semeval2016`` — train = train part 1 (the subtask B CSV, or the XML of the official zip)
+  + train part 2 XML, dev = the dev XML. Positives
   are the PerfectMatch/Relevant candidates; the query's Irrelevant candidates are hard
   negatives, topped up with random train questions. Dev queries without a relevant
   candidate count with AP 0 (the official scorer).
@@ -22,25 +23,18 @@ import torch
 
 from qres.corpus import CorpusError, Question, read_corpus
 from qres.datasets import (
+    LAYOUTS,
     RankingQuery,
     TrainQuery,
+    dataset_dir,
     load_askubuntu_eval,
-    load_semeval_csv,
-    load_semeval_xml,
+    load_semeval_file,
     read_askubuntu_train,
 )
-from qres.paths import data_dir as qres_data_dir
-from qres.paths import repo_shared_data
 from qres.text import tokenize
 from qres.vocab import Vocab, pad_batch
 
 DATASETS = ("semeval2016", "askubuntu")
-DATA_SUBDIR = {"semeval2016": "semeval2016-task3", "askubuntu": "askubuntu"}
-SEMEVAL_FILES = {
-    "train1": "train-part1-subtaskB.csv",
-    "train2": "SemEval2016-Task3-CQA-QL-train-part2.xml",
-    "dev": "SemEval2016-Task3-CQA-QL-dev.xml",
-}
 
 HardNegatives = Callable[[Question], Sequence[str]]
 
@@ -65,25 +59,20 @@ class Example:
     negatives: list[str]
 
 
-def default_data_dir(dataset: str) -> Path:
-    """``../shared/data/<dataset>`` beside a checkout if present, else the qres download dir."""
-    shared = repo_shared_data() / DATA_SUBDIR[dataset]
-    return shared if shared.exists() else qres_data_dir() / DATA_SUBDIR[dataset]
-
-
 def load_dataset(dataset: str, data_dir: str | Path | None = None) -> TrainingData:
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
-    folder = Path(data_dir) if data_dir else default_data_dir(dataset)
+    folder = Path(data_dir) if data_dir else dataset_dir(dataset)
     if not folder.is_dir():
         raise CorpusError(folder, None, f"{dataset} data directory not found")
     return load_semeval2016(folder) if dataset == "semeval2016" else load_askubuntu(folder)
 
 
 def load_semeval2016(folder: Path) -> TrainingData:
-    parts = [load_semeval_csv(folder / SEMEVAL_FILES["train1"])]
-    parts.append(load_semeval_xml(folder / SEMEVAL_FILES["train2"]))
-    dev = load_semeval_xml(folder / SEMEVAL_FILES["dev"])
+    train_files = LAYOUTS["semeval2016"].files(folder, "train")
+    (dev_file,) = LAYOUTS["semeval2016"].files(folder, "dev")
+    parts = [load_semeval_file(path) for path in train_files]
+    dev = load_semeval_file(dev_file)
     questions: dict[str, Question] = {}
     train: list[TrainQuery] = []
     for part in parts:
@@ -108,24 +97,18 @@ def load_semeval2016(folder: Path) -> TrainingData:
         hard_in_file=True,
         skip_dev_without_relevant=False,
         vocab_ids=vocab_ids,
-        files=[str(folder / name) for name in SEMEVAL_FILES.values()],
+        files=[str(path) for path in (*train_files, dev_file)],
     )
 
 
 def load_askubuntu(folder: Path) -> TrainingData:
-    corpus = next(
-        (
-            folder / n
-            for n in ("text_tokenized.txt.gz", "text_tokenized.txt")
-            if (folder / n).exists()
-        ),
-        None,
+    layout = LAYOUTS["askubuntu"]
+    (corpus,), (train_file,), (dev_file,) = (
+        layout.files(folder, split) for split in ("corpus", "train", "dev")
     )
-    if corpus is None:
-        raise CorpusError(folder / "text_tokenized.txt.gz", None, "AskUbuntu corpus not found")
     questions = {q.id: q for q in read_corpus(corpus, fmt="askubuntu")}
-    train = list(read_askubuntu_train(folder / "train_random.txt"))
-    dev = load_askubuntu_eval(folder / "dev.txt")
+    train = list(read_askubuntu_train(train_file))
+    dev = load_askubuntu_eval(dev_file)
     for where, ids in [("train_random.txt", _train_ids(train)), ("dev.txt", _dev_ids(dev))]:
         missing = sorted(set(ids) - questions.keys())
         if missing:
@@ -141,7 +124,7 @@ def load_askubuntu(folder: Path) -> TrainingData:
         hard_in_file=False,
         skip_dev_without_relevant=True,
         vocab_ids=list(questions),  # the whole corpus, as Lei et al.
-        files=[str(corpus), str(folder / "train_random.txt"), str(folder / "dev.txt")],
+        files=[str(corpus), str(train_file), str(dev_file)],
     )
 
 

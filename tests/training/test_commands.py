@@ -61,7 +61,8 @@ def test_user_errors_are_one_line(tmp_path):
     result = runner.invoke(
         train, [*TINY[:2], "--data-dir", str(tmp_path), "--out", str(tmp_path / "x")]
     )
-    assert result.exit_code == 1 and "AskUbuntu corpus not found" in result.output
+    assert result.exit_code == 1
+    assert "text_tokenized.txt.gz: not found: run `qres download askubuntu`" in result.output
     result = runner.invoke(export_onnx, [str(tmp_path), "--out", str(tmp_path / "m")])
     assert result.exit_code == 1 and "training run directory" in result.output
 
