@@ -161,7 +161,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
     Example:
       qres index qres/data/demo/questions.tsv --model qres/models/default
     """
-    from qres.indexing import index_questions
+    from qres.indexing import check_keeps_vectors, index_questions
 
     encoder = _load_encoder(model) if model else None
     target = obj.index_dir
@@ -171,11 +171,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
     backend = obj.open(
         create=True, index_dir=target, **_index_settings(obj, analyzer, title_boost, rebuild)
     )
-    if encoder is None and backend.metadata().get("model_fingerprint") and backend.count() > 0:
-        raise BackendError(
-            "this index stores dense vectors: pass --model "
-            f"{backend.metadata().get('model_dir', 'MODEL_DIR')} (or --rebuild without vectors)"
-        )
+    check_keeps_vectors(backend, encoder)
     stats = ReadStats()
     questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
     with backend, _progress() as progress:
@@ -243,21 +239,6 @@ def _load_encoder(model_dir: Path):
     return Encoder.load(model_dir)
 
 
-def _pipeline_for(backend: Backend, model: Path | None, mode: str | None, candidates: int):
-    from qres.fusion import Fusion
-    from qres.search import SearchPipeline
-
-    meta = backend.metadata()
-    if model is None and mode != "bm25" and meta.get("model_dir"):
-        model = Path(meta["model_dir"])
-    if model is None:
-        if mode in ("dense", "hybrid"):
-            raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
-        return SearchPipeline(backend, candidates=candidates), "bm25"
-    encoder = _load_encoder(model)
-    return SearchPipeline(backend, encoder, Fusion.load(model), candidates), mode or "hybrid"
-
-
 @cli.command()
 @json_option
 @click.argument("text")
@@ -293,8 +274,15 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
     Example:
       qres search "boot ubuntu from usb" -k 5 --explain
     """
+    from qres.search import SearchPipeline
+
     with obj.open() as backend:
-        pipeline, mode = _pipeline_for(backend, model, mode, candidates)
+        if log_queries and not backend.keeps_search_log:
+            raise BackendError(
+                "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
+            )
+        pipeline = SearchPipeline.for_index(backend, model, mode, candidates)
+        mode = pipeline.mode
         started = time.perf_counter()
         results = pipeline.search(text, k, mode)
         latency_ms = (time.perf_counter() - started) * 1000
@@ -328,10 +316,6 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
 
 
 def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
-    if not hasattr(backend, "log_search"):
-        raise BackendError(
-            "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
-        )
     record = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "query": text,
@@ -628,8 +612,9 @@ def info(obj: Context):
         with obj.open() as backend:
             details["questions"] = backend.count()
             details["index_metadata"] = backend.metadata()
-            if hasattr(backend, "describe"):
-                details["connection"] = backend.describe()
+            connection = backend.describe()
+            if connection:
+                details["connection"] = connection
             model_dir = backend.metadata().get("model_dir")
             if model_dir:
                 encoder = _load_encoder(Path(model_dir))

@@ -1,5 +1,8 @@
 """The indexing pipeline: read → (encode in batches) → upsert → commit every N questions.
 
+:class:`Index` is the library's way in (``Index.open(dir, model=...).add(questions)``);
+``qres index`` runs the same :func:`index_questions`.
+
 Each batch is upserted by id, so re-running over the same corpus replaces rather than
 duplicates; commits every ``commit_every`` questions bound what an interruption can lose
 (the next run re-writes it). A question id seen twice in one run keeps its last version.
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres.backends.base import Backend, BackendError
-from qres.corpus import CorpusError, Question
+from qres.corpus import CorpusError, Question, read_corpus
 
 
 @dataclass
@@ -97,3 +100,74 @@ def _record_model(backend: Backend, encoder) -> None:
             "model_dir": str(Path(encoder.model_dir).resolve()),
         }
     )
+
+
+def check_keeps_vectors(backend: Backend, encoder) -> None:
+    """Refuse to add questions without vectors to an index whose questions have them."""
+    meta = backend.metadata()
+    if encoder is None and meta.get("model_fingerprint") and backend.count() > 0:
+        raise BackendError(
+            "this index stores dense vectors: pass --model "
+            f"{meta.get('model_dir', 'MODEL_DIR')} (or --rebuild without vectors)"
+        )
+
+
+class Index:
+    """An index opened for adding questions, with the encoder that gives their vectors.
+
+    >>> with Index.open("my-index", model="qres/models/default") as index:
+    ...     index.add(read_corpus("qres/data/demo/questions.tsv"))
+    """
+
+    def __init__(self, backend: Backend, encoder=None):
+        check_keeps_vectors(backend, encoder)
+        self.backend, self.encoder = backend, encoder
+
+    @classmethod
+    def open(
+        cls,
+        index_dir: str | Path | None = None,
+        model: str | Path | None = None,
+        *,
+        backend: str | None = None,
+        **settings,
+    ) -> Index:
+        """The index at ``index_dir`` (default ``$QRES_HOME/index``), created if missing
+        (``settings``: analyzer, title_boost, ... as for :func:`qres.backends.open_backend`);
+        ``model``: a ``qres export-onnx`` directory whose vectors are stored too."""
+        from qres import paths
+        from qres.backends import open_backend
+        from qres.encoder import Encoder
+
+        encoder = Encoder.load(model) if model is not None else None
+        store = open_backend(
+            backend, index_dir or paths.default_index_dir(), create=True, **settings
+        )
+        try:
+            return cls(store, encoder)
+        except BaseException:
+            store.close()
+            raise
+
+    def add(
+        self,
+        questions: Iterable[Question] | str | Path,
+        batch_size: int = 256,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> IndexReport:
+        """Add or replace ``questions`` (or those of a corpus file) by id; committed."""
+        if isinstance(questions, str | Path):
+            questions = read_corpus(questions)
+        return index_questions(self.backend, questions, self.encoder, batch_size, on_batch=on_batch)
+
+    def count(self) -> int:
+        return self.backend.count()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

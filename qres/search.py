@@ -8,13 +8,16 @@ Modes:
 
 A candidate without a stored vector cannot be rescored: in dense and hybrid modes such
 candidates follow the rescored ones, in their BM25 order, and are flagged in the result.
-``qres search``, ``qres evaluate`` and the benchmarks all go through :class:`SearchPipeline`.
+``qres search``, ``qres evaluate`` and the benchmarks all go through :class:`SearchPipeline`;
+:meth:`SearchPipeline.open` is what ``qres search`` does: the index's own model (the one it
+was indexed with) and that model's fusion weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -51,12 +54,18 @@ def check_model_matches(backend: Backend, encoder) -> None:
 
 
 class SearchPipeline:
+    """BM25 candidates from ``backend``, rescored with ``encoder`` and fused by ``fusion``.
+
+    ``mode`` is the default of :meth:`search`: hybrid with an encoder, else bm25.
+    """
+
     def __init__(
         self,
         backend: Backend,
         encoder=None,
         fusion: Fusion = DEFAULT,
         candidates: int = DEFAULT_CANDIDATES,
+        mode: str | None = None,
     ):
         self.backend, self.encoder, self.fusion, self.candidates = (
             backend,
@@ -64,19 +73,81 @@ class SearchPipeline:
             fusion,
             candidates,
         )
+        self.mode = mode or ("hybrid" if encoder is not None else "bm25")
+        self._owns_backend = False
         if encoder is not None:
             check_model_matches(backend, encoder)
+
+    @classmethod
+    def open(
+        cls,
+        index_dir: str | Path | None = None,
+        model: str | Path | None = None,
+        *,
+        mode: str | None = None,
+        backend: str | None = None,
+        candidates: int = DEFAULT_CANDIDATES,
+        **settings,
+    ) -> SearchPipeline:
+        """The pipeline ``qres search`` runs over the index at ``index_dir`` (default
+        ``$QRES_HOME/index``; ``backend``/``settings`` as for
+        :func:`qres.backends.open_backend`). Close it, or use it in a ``with`` block."""
+        from qres import paths
+        from qres.backends import open_backend
+
+        store = open_backend(backend, index_dir or paths.default_index_dir(), **settings)
+        try:
+            pipeline = cls.for_index(store, model, mode, candidates)
+        except BaseException:
+            store.close()
+            raise
+        pipeline._owns_backend = True
+        return pipeline
+
+    @classmethod
+    def for_index(
+        cls,
+        backend: Backend,
+        model: str | Path | None = None,
+        mode: str | None = None,
+        candidates: int = DEFAULT_CANDIDATES,
+    ) -> SearchPipeline:
+        """A pipeline over an open ``backend``: ``model`` or, unless ``mode`` is bm25, the
+        model the index was built with, and the fusion weights saved with that model."""
+        meta = backend.metadata()
+        if model is None and mode != "bm25" and meta.get("model_dir"):
+            model = Path(meta["model_dir"])
+        if model is None:
+            if mode in ("dense", "hybrid"):
+                raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
+            return cls(backend, candidates=candidates, mode="bm25")
+        from qres.encoder import Encoder
+
+        encoder = Encoder.load(model)
+        return cls(backend, encoder, Fusion.load(model), candidates, mode or "hybrid")
+
+    def close(self) -> None:
+        """Close the backend if :meth:`open` opened it."""
+        if self._owns_backend:
+            self.backend.close()
+
+    def __enter__(self) -> SearchPipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def search(
         self,
         text: str,
         k: int = 10,
-        mode: str = "hybrid",
+        mode: str | None = None,
         only_ids: Sequence[str] | None = None,
         query_vector: np.ndarray | None = None,
     ) -> list[Result]:
-        """Top ``k`` for ``text``; ``query_vector`` replaces encoding ``text`` (evaluation
-        encodes a whole question, title and body, instead)."""
+        """Top ``k`` for ``text`` in ``mode`` (default :attr:`mode`); ``query_vector``
+        replaces encoding ``text`` (evaluation encodes a whole question, title and body)."""
+        mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
         window = max(k, self.candidates) if only_ids is None else len(only_ids)

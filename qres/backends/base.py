@@ -70,6 +70,19 @@ class Backend(ABC):
     def set_metadata(self, values: dict) -> None:
         """Merge ``values`` into the metadata; durable at once."""
 
+    keeps_search_log: bool = False  # whether log_search records searches (Elasticsearch)
+
+    def log_search(self, record: dict) -> None:
+        """Record one search (query, mode, latency, top ids) for search analytics."""
+        raise BackendError(
+            f"the {self.name} backend keeps no search log: use --backend elasticsearch"
+        )
+
+    def describe(self) -> dict:
+        """Where the index lives and how it is reached, for ``qres info``; empty if nothing
+        beyond the metadata (secrets masked)."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release files and connections."""
 

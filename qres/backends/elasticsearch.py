@@ -915,6 +915,8 @@ class EsBackend(Backend):
 
     # -- search analytics and information ------------------------------------------------------
 
+    keeps_search_log = True
+
     @_guarded
     def log_search(self, record: dict) -> None:
         """Write one search ``record`` (see :func:`search_log_document`) to the search log

@@ -1,0 +1,98 @@
+"""The public Python API: the README example, parity with the CLI, a light ``import qres``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import qres
+from qres.backends.base import BackendError
+from qres.backends.embedded import EmbeddedBackend
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "qres" / "data" / "demo" / "questions.tsv"
+MODEL = REPO / "qres" / "models" / "default"
+
+
+def readme_example() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- api-example -->\n```python\n(.*?)```", readme, re.S)
+    assert found, "README.md lost its <!-- api-example --> block"
+    return found.group(1)
+
+
+def test_readme_example_runs_from_the_checkout_root(tmp_path, monkeypatch):
+    code = readme_example()
+    assert len([line for line in code.splitlines() if line.strip()]) == 3
+    # The example's relative paths, in a scratch directory: the index goes there, not in git.
+    (tmp_path / "qres").symlink_to(REPO / "qres")
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    printed = out.getvalue()
+    assert printed.startswith("[Result(id=") and printed.count("Result(") == 3, printed
+    assert "cosine=None" not in printed  # hybrid: every result was rescored
+    assert (tmp_path / "demo-index" / "meta.json").is_file()
+
+
+def test_search_pipeline_open_returns_what_qres_search_prints(run, tmp_path):
+    assert run("index", DEMO, "--model", MODEL).exit_code == 0
+    for mode in (None, "bm25", "dense"):
+        extra = ["--mode", mode] if mode else []
+        printed = json.loads(run("search", "wifi drops", "-k", 5, "--json", *extra).output)
+        with qres.SearchPipeline.open(tmp_path / "home" / "index", mode=mode) as pipeline:
+            results = pipeline.search("wifi drops", 5)
+            assert pipeline.mode == printed["mode"]
+        assert [r.id for r in results] == [r["id"] for r in printed["results"]]
+        assert [r.score for r in results] == pytest.approx([r["score"] for r in printed["results"]])
+
+
+def test_index_add_takes_questions_and_refuses_to_drop_vectors(tmp_path):
+    with qres.Index.open(tmp_path / "ix", model=MODEL) as index:
+        report = index.add([qres.Question("q1", "boot from usb", "grub hangs")])
+        assert report.indexed == 1 and index.count() == 1
+    with pytest.raises(BackendError, match="stores dense vectors"):
+        qres.Index.open(tmp_path / "ix")
+    with qres.SearchPipeline.open(tmp_path / "ix") as pipeline:
+        (hit,) = pipeline.search("usb boot", 3)
+    assert hit.id == "q1" and hit.cosine is not None
+
+
+def test_import_qres_loads_nothing_heavy():
+    code = (
+        "import sys, qres; heavy = ('numpy', 'onnxruntime', 'tantivy', 'click', 'qres.search');"
+        "print([m for m in heavy if m in sys.modules]); print(sorted(qres.__all__))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    loaded, names = out.stdout.splitlines()
+    assert loaded == "[]", out.stderr
+    assert "Index" in names and "SearchPipeline" in names
+
+
+def test_public_names_resolve_and_unknown_ones_fail():
+    for name in qres.__all__:
+        assert getattr(qres, name) is not None
+    assert qres.Index.__module__ == "qres.indexing"
+    with pytest.raises(AttributeError):
+        qres.NoSuchThing  # noqa: B018
+
+
+def test_backend_base_class_describes_and_refuses_search_logs(tmp_path):
+    backend = EmbeddedBackend(tmp_path / "ix", create=True)
+    assert backend.describe() == {} and not backend.keeps_search_log
+    with pytest.raises(BackendError, match="keeps no search log"):
+        backend.log_search({"query": "x"})
+
+
+def test_log_queries_on_the_embedded_backend_is_a_clear_error(run):
+    assert run("index", DEMO).exit_code == 0
+    result = run("search", "usb", "--log-queries")
+    assert result.exit_code == 1 and "needs the Elasticsearch backend" in result.output
