@@ -11,14 +11,15 @@ The similarity of two questions is
 * ``cnn`` — the question's unit vector from the exported CNN encoder (``qres.encoder``).
 
 A BOW-CNN model directory is an ordinary encoder export plus ``bow_weights.npy`` (float32
-[vocab]) and the card fields ``"scorer": "bow-cnn"``, ``"beta": [β1, β2]`` and
-``"bow_weights_sha256"``. Bags of words are scipy sparse rows, so scoring one query against
-a whole corpus costs memory in proportion to the words present, not to the vocabulary.
+[vocab], role ``bow_weights`` in the card's manifest, :mod:`qres.model`) and the card fields
+``"scorer": "bow-cnn"`` and ``"beta": [β1, β2]``. ``qres search`` refuses such a model: it
+can apply only the CNN half of the score. Bags of words are scipy sparse rows, so scoring one
+query against a whole corpus costs memory in proportion to the words present, not to the
+vocabulary.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,10 +30,10 @@ from scipy import sparse
 
 from qres.corpus import Question
 from qres.encoder import CARD_FILE, Encoder, EncoderError
+from qres.model import BOW_WEIGHTS_FILE, open_model
 from qres.vocab import UNK_ID, Vocab
 
 SCORER = "bow-cnn"
-BOW_WEIGHTS_FILE = "bow_weights.npy"
 
 Encode = Callable[[Sequence[Question]], np.ndarray]
 
@@ -44,14 +45,6 @@ def is_bowcnn_model(model_dir: str | Path) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
     return isinstance(card, dict) and card.get("scorer") == SCORER
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def bag_of_words(id_lists: Sequence[Sequence[int]], weights: np.ndarray) -> sparse.csr_matrix:
@@ -113,13 +106,13 @@ class BowCnnScorer:
 
     @classmethod
     def load(cls, model_dir: str | Path, providers: Sequence[str] | None = None) -> BowCnnScorer:
-        model_dir = Path(model_dir)
-        if not is_bowcnn_model(model_dir):
+        model = open_model(model_dir)
+        if model.scorer != SCORER:
             raise EncoderError(
                 f"{model_dir}: not a BOW-CNN model (its {CARD_FILE} lacks "
                 f'"scorer": "{SCORER}"; export a run trained with --encoder bowcnn)'
             )
-        encoder = Encoder.load(model_dir, providers)
+        encoder = Encoder.from_model(model, providers)
         card = encoder.card
         beta = card.get("beta")
         if not (
@@ -128,11 +121,9 @@ class BowCnnScorer:
             and all(isinstance(b, (int, float)) for b in beta)
         ):
             raise EncoderError(f"{model_dir / CARD_FILE}: bad or missing 'beta' (want [β1, β2])")
-        path = model_dir / BOW_WEIGHTS_FILE
-        if not path.is_file():
-            raise EncoderError(f"{path}: BOW weights file not found")
-        if file_sha256(path) != card.get("bow_weights_sha256"):
-            raise EncoderError(f"{path}: does not match the card's bow_weights_sha256 (corrupt)")
+        path = model.component("bow_weights")
+        if path is None:
+            raise EncoderError(f"{model_dir / BOW_WEIGHTS_FILE}: BOW weights file not found")
         try:
             weights = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as err:

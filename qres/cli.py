@@ -161,9 +161,9 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
     Example:
       qres index qres/data/demo/questions.tsv --model qres/models/default
     """
-    from qres.indexing import check_keeps_vectors, index_questions
+    from qres.indexing import check_keeps_vectors, index_questions, search_encoder
 
-    encoder = _load_encoder(model) if model else None
+    encoder = search_encoder(model) if model else None
     target = obj.index_dir
     if rebuild and obj.open_backend_name() == "embedded":
         target = obj.index_dir.with_name(obj.index_dir.name + ".rebuild")
@@ -581,13 +581,13 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
     fusion = tune_fusion(
         lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"
     )
-    fusion.save(model / "fusion.json")
+    saved = fusion.save(model)
     if obj.as_json:
         obj.emit(asdict(fusion))
     else:
         console.print(
             f"fusion = {fusion.bm25:.3f} * bm25/top + {fusion.cosine:.3f} * cosine "
-            f"+ {fusion.bias:.3f}  (saved to {model / 'fusion.json'})"
+            f"+ {fusion.bias:.3f}  (saved to {saved})"
         )
 
 

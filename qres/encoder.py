@@ -7,8 +7,9 @@ A model directory (written by ``qres export-onnx``) holds:
   [batch, dim], L2-normalised; it encodes titles, and bodies too unless the card names a
   separate body graph (``body.onnx``);
 * ``vocab.txt`` — the token of each id (:mod:`qres.vocab`);
-* ``model.json`` — the model card: architecture, sizes, training data, dev metrics and the
-  fingerprint (sha256 over the graphs and ``vocab.txt``), checked when the model is loaded.
+* ``model.json`` — the model card: architecture, sizes, training data, dev metrics, the
+  fingerprint (sha256 over the graphs and ``vocab.txt``: what an index records) and the
+  manifest of every file with its sha256 (:mod:`qres.model`), checked when it is loaded.
 
 A question's vector is computed as in training: title and body tokenised with
 ``qres.text.tokenize`` and cut to the card's maximum lengths, each field encoded to a unit
@@ -68,20 +69,18 @@ class Encoder:
 
     @classmethod
     def load(cls, model_dir: str | Path, providers: Sequence[str] | None = None) -> Encoder:
+        """The encoder of a model directory, verified by :func:`qres.model.open_model`."""
+        from qres.model import open_model  # qres.model reads cards with this module's helpers
+
+        return cls.from_model(open_model(model_dir), providers)
+
+    @classmethod
+    def from_model(cls, model, providers: Sequence[str] | None = None) -> Encoder:
+        """The encoder of an opened :class:`qres.model.Model`."""
         import onnxruntime as ort
 
-        model_dir = Path(model_dir)
-        if not model_dir.is_dir():
-            raise EncoderError(f"{model_dir}: model directory not found")
-        card = _read_card(model_dir / CARD_FILE)
+        model_dir, card = model.path, model.card
         files = graph_files(card)
-        for name in [*files, VOCAB_FILE]:
-            if not (model_dir / name).is_file():
-                raise EncoderError(f"{model_dir / name}: model file not found")
-        if fingerprint(model_dir, files) != card.get("fingerprint"):
-            raise EncoderError(
-                f"{model_dir}: files do not match the card's fingerprint (corrupt or edited)"
-            )
         try:
             vocab = Vocab.load(model_dir / VOCAB_FILE)
         except VocabError as err:
@@ -147,7 +146,7 @@ class Encoder:
         return self.encode_questions([Question("query", text, "")])[0]
 
 
-def _read_card(path: Path) -> dict:
+def read_card(path: Path) -> dict:
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -5,7 +5,8 @@ fused = w_bm25 · bm25 / max_bm25(query) + w_cosine · cosine + bias
 BM25 is divided by the query's top BM25 score so its scale no longer depends on query
 length; the cosine is in [-1, 1] already. The weights are learned by
 :func:`tune_fusion` (the mix that maximises MAP on labelled candidate lists, e.g. SemEval
-train) and saved as ``fusion.json`` beside the model; without that file :data:`DEFAULT` is used.
+train) and saved as ``fusion.json`` in the model directory, listed in its manifest
+(:mod:`qres.model`); without that file :data:`DEFAULT` is used.
 """
 
 from __future__ import annotations
@@ -29,15 +30,27 @@ class Fusion:
     def score(self, bm25: np.ndarray, cosine: np.ndarray) -> np.ndarray:
         return self.bm25 * normalize_bm25(bm25) + self.cosine * cosine + self.bias
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2))
+    def save(self, model_dir: str | Path) -> Path:
+        """Write ``fusion.json`` into a model directory and list it in the manifest."""
+        from qres.model import FUSION_FILE, add_to_manifest
+
+        path = Path(model_dir) / FUSION_FILE
+        path.write_text(json.dumps(asdict(self), indent=2))
+        add_to_manifest(model_dir, FUSION_FILE, "fusion")
+        return path
 
     @classmethod
     def load(cls, model_dir: str | Path) -> Fusion:
-        path = Path(model_dir) / "fusion.json"
-        if not path.exists():
-            return DEFAULT
-        return cls(**json.loads(path.read_text()))
+        """The fusion of a model directory (verified with the rest of it)."""
+        from qres.model import open_model
+
+        return cls.for_model(open_model(model_dir))
+
+    @classmethod
+    def for_model(cls, model) -> Fusion:
+        """The fusion of an opened :class:`qres.model.Model`; :data:`DEFAULT` if it has none."""
+        path = model.component("fusion")
+        return DEFAULT if path is None else cls(**json.loads(path.read_text()))
 
 
 # Equal say for the two signals, until `qres tune-fusion` has measured better.

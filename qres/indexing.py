@@ -102,6 +102,16 @@ def _record_model(backend: Backend, encoder) -> None:
     )
 
 
+def search_encoder(model_dir: str | Path):
+    """The encoder of a model whose score search can compute (not a BOW-CNN's)."""
+    from qres.encoder import Encoder
+    from qres.model import open_model
+
+    model = open_model(model_dir)
+    model.require_search_scorer()
+    return Encoder.from_model(model)
+
+
 def check_keeps_vectors(backend: Backend, encoder) -> None:
     """Refuse to add questions without vectors to an index whose questions have them."""
     meta = backend.metadata()
@@ -137,9 +147,8 @@ class Index:
         ``model``: a ``qres export-onnx`` directory whose vectors are stored too."""
         from qres import paths
         from qres.backends import open_backend
-        from qres.encoder import Encoder
 
-        encoder = Encoder.load(model) if model is not None else None
+        encoder = search_encoder(model) if model is not None else None
         store = open_backend(
             backend, index_dir or paths.default_index_dir(), create=True, **settings
         )

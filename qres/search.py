@@ -122,9 +122,12 @@ class SearchPipeline:
                 raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
             return cls(backend, candidates=candidates, mode="bm25")
         from qres.encoder import Encoder
+        from qres.model import open_model
 
-        encoder = Encoder.load(model)
-        return cls(backend, encoder, Fusion.load(model), candidates, mode or "hybrid")
+        loaded = open_model(model)
+        loaded.require_search_scorer()
+        encoder = Encoder.from_model(loaded)
+        return cls(backend, encoder, Fusion.for_model(loaded), candidates, mode or "hybrid")
 
     def close(self) -> None:
         """Close the backend if :meth:`open` opened it."""

@@ -1,6 +1,7 @@
 """Tag suggestion from a model trained with ``qres train --tags``, and the tag metrics.
 
-The model directory holds, beside the encoder, ``tags.npz``: the multi-label head's weights
+The model directory holds, beside the encoder, ``tags.npz`` (listed in the card's manifest,
+:mod:`qres.model`): the multi-label head's weights
 [tags, dim], biases [tags] and tag names. A tag's score is sigmoid(w · v + b) for the
 question vector v, the encoder's output that retrieval also uses.
 """
@@ -17,8 +18,8 @@ import numpy as np
 from qres import metrics
 from qres.corpus import Question
 from qres.encoder import Encoder, EncoderError
+from qres.model import TAGS_FILE, open_model
 
-TAGS_FILE = "tags.npz"
 TAG_METRICS = ("P@5", "R@5", "MAP")
 
 
@@ -28,9 +29,9 @@ class TagPredictor:
 
     @classmethod
     def load(cls, model_dir: str | Path) -> TagPredictor:
-        model_dir = Path(model_dir)
-        path = model_dir / TAGS_FILE
-        if not path.exists():
+        model = open_model(model_dir)
+        path = model.component("tag_head")
+        if path is None:
             raise EncoderError(
                 f"{model_dir}: this model has no tag head ({TAGS_FILE}); train it with "
                 "`qres train --tags` and export it with `qres export-onnx`"
@@ -41,7 +42,7 @@ class TagPredictor:
                 labels = [str(t) for t in saved["labels"]]
         except (OSError, KeyError, ValueError) as err:
             raise EncoderError(f"{path}: cannot read the tag head ({err})") from None
-        encoder = Encoder.load(model_dir)
+        encoder = Encoder.from_model(model)
         if weight.shape != (len(labels), encoder.dim) or bias.shape != (len(labels),):
             raise EncoderError(f"{path}: tag head shape {weight.shape} does not fit the encoder")
         return cls(encoder, weight, bias, labels)

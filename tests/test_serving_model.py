@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from qres.encoder import fingerprint, graph_files
+from qres.model import core_roles, manifest
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "qres" / "models" / "default"
@@ -50,6 +51,7 @@ def test_searching_with_another_model_says_to_reindex(run, tmp_path):
         f.write("an-extra-token\n")  # a different model: same graph, another vocabulary
     card = json.loads((other / "model.json").read_text())
     card["fingerprint"] = fingerprint(other, graph_files(card))
+    card["files"] = manifest(other, core_roles(card))
     (other / "model.json").write_text(json.dumps(card))
     result = run("search", "usb", "--model", other)
     assert result.exit_code == 1

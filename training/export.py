@@ -18,7 +18,6 @@ bag-of-words weights, ``bow_weights.npy``, for ``qres.bowcnn.BowCnnScorer``.
 from __future__ import annotations
 
 import io
-import json
 import platform
 import time
 import warnings
@@ -28,8 +27,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from qres.bowcnn import BOW_WEIGHTS_FILE, SCORER, file_sha256
-from qres.encoder import CARD_FILE, CARD_FORMAT, VOCAB_FILE, fingerprint
+from qres.bowcnn import SCORER
+from qres.encoder import CARD_FORMAT, VOCAB_FILE, fingerprint
+from qres.model import BOW_WEIGHTS_FILE, OPTIONAL_FILES, core_roles, manifest, write_card
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
 from qres.training.bowcnn import is_bowcnn_run, load_bowcnn
 from qres.training.encoders import FieldEncoder
@@ -111,8 +111,9 @@ def export_onnx(source: str | Path, out_dir: str | Path) -> dict:
     """Export a run directory (its best checkpoint) or a checkpoint file; returns the card.
 
     A BOW-CNN run (run.json ``"scorer": "bow-cnn"``) exports its CNN encoder the same way,
-    plus ``bow_weights.npy`` (float32 [vocab]) and the card fields ``scorer``, ``beta`` and
-    ``bow_weights_sha256`` that ``qres.bowcnn.BowCnnScorer`` reads.
+    plus ``bow_weights.npy`` (float32 [vocab]) and the card fields ``scorer`` and ``beta``
+    that ``qres.bowcnn.BowCnnScorer`` reads. The card's manifest lists every file written
+    (:mod:`qres.model`).
     """
     if is_bowcnn_run(source):
         return _export_bowcnn(source, out_dir)
@@ -129,16 +130,24 @@ def _export_bowcnn(source: str | Path, out_dir: str | Path) -> dict:
     extra = {
         "scorer": SCORER,
         "beta": list(model.beta),
-        "bow_weights": BOW_WEIGHTS_FILE,
-        "bow_weights_sha256": file_sha256(out_dir / BOW_WEIGHTS_FILE),
         "similarity": "beta[0] * cos(tf * bow_weights over title+body ids, pad and unk left "
         "out) + beta[1] * cos(vector)",
     }
-    return _export_encoder(model.encoder, vocab, run, out_dir, extra)
+    return _export_encoder(
+        model.encoder, vocab, run, out_dir, extra, {BOW_WEIGHTS_FILE: "bow_weights"}
+    )
 
 
-def _export_encoder(model, vocab, run: dict, out_dir: str | Path, extra: dict | None = None):
-    """Write the graph(s), vocabulary and card of a ``QuestionEncoder``; returns the card."""
+def _export_encoder(
+    model,
+    vocab,
+    run: dict,
+    out_dir: str | Path,
+    extra: dict | None = None,
+    components: dict[str, str] | None = None,
+):
+    """Write the graph(s), vocabulary and card of a ``QuestionEncoder``; returns the card.
+    ``components``: other files already written to ``out_dir``, by role, for the manifest."""
     model = model.eval().cpu()
     config = model.config
     out_dir = Path(out_dir)
@@ -190,5 +199,9 @@ def _export_encoder(model, vocab, run: dict, out_dir: str | Path, extra: dict | 
         "fingerprint": fingerprint(out_dir, files),
         **(extra or {}),
     }
-    (out_dir / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    # A component of an earlier export in out_dir belongs to another model.
+    for stale in OPTIONAL_FILES.keys() - (components or {}).keys():
+        (out_dir / stale).unlink(missing_ok=True)
+    card["files"] = manifest(out_dir, {**core_roles(card), **(components or {})})
+    write_card(out_dir, card)
     return card

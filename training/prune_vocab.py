@@ -23,6 +23,7 @@ from onnx import numpy_helper
 
 from qres.corpus import read_corpus
 from qres.encoder import CARD_FILE, VOCAB_FILE, fingerprint, graph_files
+from qres.model import FUSION_FILE, core_roles, manifest, write_card
 from qres.text import tokenize
 from qres.vocab import Vocab
 
@@ -52,10 +53,11 @@ def prune_vocab(model_dir: Path, out_dir: Path, keep: set[str], note: str) -> in
     card["vocab_size"] = card["encoder"]["vocab_size"] = len(rows)
     card["vocab_pruned"] = {"from": len(words), "to": len(rows), "kept": note}
     card["fingerprint"] = fingerprint(out_dir, graph_files(card))
-    (out_dir / CARD_FILE).write_text(json.dumps(card, indent=2))
-    for extra in ("fusion.json",):
-        if (model_dir / extra).exists():
-            shutil.copy(model_dir / extra, out_dir / extra)
+    kept = {FUSION_FILE: "fusion"} if (model_dir / FUSION_FILE).exists() else {}
+    for name in kept:
+        shutil.copy(model_dir / name, out_dir / name)
+    card["files"] = manifest(out_dir, {**core_roles(card), **kept})
+    write_card(out_dir, card)
     return len(rows)
 
 

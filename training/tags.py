@@ -20,7 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from qres.corpus import Question
-from qres.tags import TAGS_FILE, tag_metrics
+from qres.model import TAGS_FILE, add_to_manifest
+from qres.tags import tag_metrics
 from qres.text import tokenize
 
 
@@ -102,13 +103,15 @@ def tfidf_baseline(train: Sequence[Question], held: Sequence[Question]) -> dict:
 
 
 def save_head(head: TagHead, model_dir: str | Path) -> None:
-    """``tags.npz`` beside an exported encoder: what ``qres tags`` reads."""
+    """``tags.npz`` beside an exported encoder, listed in its manifest: what ``qres tags``
+    reads."""
     np.savez(
         Path(model_dir) / TAGS_FILE,
         weight=head.linear.weight.detach().cpu().numpy().astype(np.float32),
         bias=head.linear.bias.detach().cpu().numpy().astype(np.float32),
         labels=np.array(head.labels, dtype=str),
     )
+    add_to_manifest(model_dir, TAGS_FILE, "tag_head")
 
 
 def export_head(run_dir: str | Path, model_dir: str | Path) -> int:

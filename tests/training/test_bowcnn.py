@@ -156,7 +156,7 @@ def test_a_tampered_bow_weights_file_is_refused(bowcnn_run, tmp_path):
         (copy / path.name).write_bytes(path.read_bytes())
     weights = np.load(copy / BOW_WEIGHTS_FILE)
     np.save(copy / BOW_WEIGHTS_FILE, weights * 2)
-    with pytest.raises(EncoderError, match="bow_weights_sha256"):
+    with pytest.raises(EncoderError, match="bow_weights.npy: does not match its sha256"):
         BowCnnScorer.load(copy)
 
 
@@ -195,3 +195,19 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     train(tiny_config(epochs=1), tmp_path / "plain", show_progress=False)
     with pytest.raises(TrainError, match="not a BOW-CNN run"):
         train_bowcnn(bowcnn_config(), tmp_path / "plain", resume=True, show_progress=False)
+
+
+def test_search_and_index_refuse_a_bowcnn_model(bowcnn_run, run, tmp_path):
+    """Search could apply only the CNN half of a BOW-CNN's score: it says so instead."""
+    root, _, _ = bowcnn_run
+    model = root / "model"
+    files = json.loads((model / "model.json").read_text())["files"]
+    assert files[BOW_WEIGHTS_FILE]["role"] == "bow_weights"
+    corpus = tmp_path / "q.tsv"
+    corpus.write_text("id\ttitle\tbody\nq1\twifi drops\tevery hour\n")
+    assert run("index", corpus).exit_code == 0
+    for args in (("search", "wifi", "--model", model), ("index", corpus, "--model", model)):
+        result = run(*args)
+        assert result.exit_code == 1, result.output
+        assert "is a bow-cnn model: search ranks by the encoder's cosine" in result.output
+        assert "--ranker bow-cnn" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from qres.corpus import Question
 from qres.tags import TagPredictor, tag_metrics
 from qres.training.tags import TagHead, tfidf_baseline
 from qres.training.train import TrainError, train
-from tests.training.helpers import FIXTURE, tiny_config, write_semeval_fixture
+from tests.training.helpers import tiny_config, write_semeval_fixture
 
 TINY = [
     "--encoder", "gru", "--hidden", "12", "--vectors", "random",
@@ -95,6 +96,12 @@ def test_train_tags_export_and_suggest_from_the_command_line(tmp_path, run):
     assert json.loads((out / "run.json").read_text())["train"]["tag_beta"] == 2.0
     result = run("export-onnx", out, "--out", model)
     assert result.exit_code == 0 and "tag head (8 tags)" in result.output, result.output
+    files = json.loads((model / "model.json").read_text())["files"]
+    assert {name: e["role"] for name, e in files.items()} == {
+        "model.onnx": "graph",
+        "vocab.txt": "vocabulary",
+        "tags.npz": "tag_head",
+    }
     result = run("tags", "wifi keeps dropping", "--model", model, "-k", "3", "--json")
     assert result.exit_code == 0, result.output
     suggested = json.loads(result.output)
@@ -121,6 +128,19 @@ def test_train_tags_export_and_suggest_from_the_command_line(tmp_path, run):
 
 
 def test_tags_without_a_tag_head_is_a_clear_error(tmp_path, run):
-    result = run("tags", "anything", "--model", FIXTURE.parent)
+    shipped = Path(__file__).resolve().parents[2] / "qres" / "models" / "default"
+    result = run("tags", "anything", "--model", shipped)
     assert result.exit_code == 1
     assert "no tag head" in result.output
+
+
+def test_a_tampered_tag_head_is_refused(tmp_path, run):
+    data_dir = write_semeval_fixture(tmp_path / "semeval")
+    out, model = tmp_path / "run", tmp_path / "model"
+    train_args = ("--dataset", "semeval2016", "--data-dir", data_dir, *TINY, "--tags")
+    assert run("train", *train_args, "--out", out).exit_code == 0
+    assert run("export-onnx", out, "--out", model).exit_code == 0
+    with open(model / "tags.npz", "ab") as f:
+        f.write(b"\0")
+    result = run("tags", "wifi keeps dropping", "--model", model)
+    assert result.exit_code == 1 and "tags.npz: does not match its sha256" in result.output

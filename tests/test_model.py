@@ -1,0 +1,77 @@
+"""The model manifest: every file of a model directory listed with its sha256 and verified."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from qres.encoder import EncoderError
+from qres.fusion import DEFAULT, Fusion
+from qres.model import add_to_manifest, file_sha256, open_model
+from qres.search import SearchPipeline
+
+MODEL = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
+
+
+@pytest.fixture
+def model(tmp_path) -> Path:
+    copy = tmp_path / "model"
+    shutil.copytree(MODEL, copy)
+    return copy
+
+
+def test_the_shipped_model_lists_every_file_it_holds():
+    card = json.loads((MODEL / "model.json").read_text())
+    on_disk = {p.name for p in MODEL.iterdir()} - {"model.json"}
+    assert set(card["files"]) == on_disk
+    for name, entry in card["files"].items():
+        assert entry["sha256"] == file_sha256(MODEL / name)
+    assert open_model(MODEL).files == {"model.onnx": "graph", "vocab.txt": "vocabulary"}
+
+
+def test_saved_fusion_is_listed_and_read_back(model):
+    assert Fusion.load(model) is DEFAULT
+    tuned = Fusion(bm25=0.3, cosine=0.7, source="test")
+    tuned.save(model)
+    loaded = open_model(model)
+    assert loaded.files["fusion.json"] == "fusion"
+    assert Fusion.for_model(loaded) == tuned
+
+
+def test_an_edited_fusion_is_refused(model, tmp_path):
+    Fusion(bm25=0.3, cosine=0.7).save(model)
+    (model / "fusion.json").write_text(json.dumps({"bm25": 1.0, "cosine": 0.0}))
+    with pytest.raises(EncoderError, match="fusion.json: does not match its sha256"):
+        Fusion.load(model)
+
+
+def test_a_component_the_card_does_not_list_is_refused(model):
+    (model / "fusion.json").write_text(json.dumps({"bm25": 1.0, "cosine": 0.0}))
+    with pytest.raises(EncoderError, match="fusion.json: not listed in model.json"):
+        open_model(model)
+
+
+def test_a_card_without_a_manifest_still_loads_by_the_fingerprint(model):
+    card = json.loads((model / "model.json").read_text())
+    del card["files"]
+    (model / "model.json").write_text(json.dumps(card))
+    assert open_model(model).files == {"model.onnx": "graph", "vocab.txt": "vocabulary"}
+    add_to_manifest(model, "vocab.txt", "vocabulary")  # an older card gets its core files too
+    assert set(json.loads((model / "model.json").read_text())["files"]) == {
+        "model.onnx",
+        "vocab.txt",
+    }
+
+
+def test_search_uses_the_fusion_the_manifest_lists(model, run, tmp_path):
+    demo = MODEL.parents[1] / "data" / "demo" / "questions.tsv"
+    assert run("index", demo, "--model", model).exit_code == 0
+    Fusion(bm25=0.0, cosine=1.0, source="cosine only").save(model)
+    with SearchPipeline.open(tmp_path / "home" / "index") as pipeline:
+        assert pipeline.fusion.cosine == 1.0
+        hybrid = pipeline.search("wifi drops", 5)
+        dense = pipeline.search("wifi drops", 5, "dense")
+    assert [r.id for r in hybrid] == [r.id for r in dense]
