@@ -36,10 +36,16 @@ def test_a_figure_off_by_more_than_the_tolerance_fails():
     assert reproduce.Check(row, {"MAP": 71.36}).failures == ["MAP 71.36 (expected 71.35 ± 0.005)"]
 
 
+@pytest.fixture(scope="module")
+def home(tmp_path_factory) -> Path:
+    """One QRES_HOME for all rows: the dense and hybrid rows share their evaluation index."""
+    return tmp_path_factory.mktemp("home")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("row", reproduce.load_rows(fast_only=True), ids=lambda r: r["command"])
-def test_fast_rows_reproduce(row, shared_data, tmp_path, monkeypatch):
-    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+def test_fast_rows_reproduce(row, shared_data, home, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(home))
     monkeypatch.delenv("QRES_BACKEND", raising=False)
     monkeypatch.chdir(ROOT)
     (result,) = reproduce.check([row])
