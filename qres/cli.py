@@ -22,6 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from qres import paths
 from qres.backends import BACKENDS, open_backend
@@ -211,7 +212,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         f"index now holds {total:,}" + (" with vectors" if encoder else "")
     )
     for problem in stats.problems:
-        console.print(f"  skipped: {problem}", highlight=False)
+        console.print(f"  skipped: {problem}", highlight=False, markup=False)
 
 
 def _swap_in(new: Path, live: Path) -> None:
@@ -305,13 +306,14 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
     if not results:
         console.print("no results: the query has no searchable words, or nothing matched")
         return
-    table = Table(title=f"{text!r} — {mode}, {latency_ms:.1f} ms", title_justify="left")
+    # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
+    table = Table(title=Text(f"{text!r} — {mode}, {latency_ms:.1f} ms"), title_justify="left")
     for column in ["rank", "id", "score"] + (["bm25", "cosine"] if explain else []) + ["title"]:
         table.add_column(column, overflow="fold")
     for i, r in enumerate(results, 1):
         extra = [f"{r.bm25:.2f}", "-" if r.cosine is None else f"{r.cosine:.3f}"] if explain else []
         title = getattr(questions.get(r.id), "title", "")
-        table.add_row(str(i), r.id, f"{r.score:.3f}", *extra, title)
+        table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(title))
     stdout.print(table)
 
 

@@ -12,7 +12,14 @@ Formats, chosen by ``fmt`` or detected from the file name and first line:
 
 Any of them may be gzipped (``.gz``). Files are read line by line (XML incrementally), never
 whole. A malformed record raises :class:`CorpusError` naming file, line and problem unless
-``skip_bad`` is set, in which case it is counted in :class:`ReadStats` and skipped.
+``skip_bad`` is set, in which case it is counted in :class:`ReadStats` and skipped. A failure
+with no record boundary after it — an unreadable or truncated gzip stream, a bad header,
+malformed XML, a CSV quote left open to the end of the file — always raises, after every
+good record before it has been yielded.
+
+Ids must be strings (JSONL also takes integers) without control characters; in text fields
+(title, body, tags) control characters other than tab and newline — NUL, escape sequences'
+ESC, carriage return — become spaces, so nothing read is later printed raw to a terminal.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ import csv
 import gzip
 import io
 import json
+import re
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +41,12 @@ MAX_FIELD_CHARS = 20_000
 csv.field_size_limit(2**31 - 1)  # long fields are cut by _clean, not refused by the csv module
 
 FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv")
+
+# C0/C1 control characters (terminal escapes start with ESC) and lone surrogates, which
+# cannot be stored as UTF-8; text fields keep tab and newline.
+_ID_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -69,10 +84,39 @@ def open_text(path: str | Path) -> io.TextIOBase:
     path = Path(path)
     if not path.exists():
         raise CorpusError(path, None, "file not found")
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+    try:
+        raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+    except OSError as err:
+        raise CorpusError(path, None, f"cannot read the file ({err.strerror or err})") from None
     # utf-8-sig drops the byte-order mark spreadsheet tools write; lines end at \n only, so
     # a stray \r inside a field neither splits a record nor shifts reported line numbers.
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="\n")
+
+
+def _lines(path: str | Path, f: io.TextIOBase, size: int = -1) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` for each line of ``f`` (pieces of at most ``size`` characters
+    when given). A stream that cannot be read on — a corrupt or truncated gzip file, an I/O
+    error — raises :class:`CorpusError` at the line it stops in, after every line before it."""
+    n = 1
+    while True:
+        try:
+            text = f.readline(size)
+        except (OSError, EOFError, zlib.error) as err:
+            raise CorpusError(path, n, _unreadable(err)) from None
+        if not text:
+            return
+        yield n, text
+        n += text.endswith("\n")
+
+
+def _unreadable(err: Exception) -> str:
+    if isinstance(err, EOFError):
+        return "the gzip file is truncated: it ends before its end-of-stream marker"
+    if isinstance(err, gzip.BadGzipFile):
+        return f"not a valid gzip file ({err})"
+    if isinstance(err, zlib.error):
+        return f"corrupt gzip data ({err})"
+    return f"cannot read the file ({getattr(err, 'strerror', None) or err})"
 
 
 def detect_format(path: str | Path) -> str:
@@ -84,7 +128,8 @@ def detect_format(path: str | Path) -> str:
     if name.endswith(".csv"):
         return "semeval-csv"
     with open_text(path) as f:
-        first = f.readline().rstrip("\r\n").lower().split("\t")
+        _, first_line = next(_lines(path, f), (1, ""))
+    first = first_line.rstrip("\r\n").lower().split("\t")
     return "tsv" if first[:1] == ["id"] else "askubuntu"
 
 
@@ -126,14 +171,23 @@ def read_corpus(
 def _clean(q: Question, stats: ReadStats) -> Question:
     if not q.id:
         raise ValueError("empty id")
-    title, body = q.title.strip(), q.body.strip()
+    if not q.id.isprintable() and _ID_UNSAFE.search(q.id):
+        raise ValueError(f"id {q.id!r} contains a control character or a lone surrogate")
+    title, body = _clean_text(q.title).strip(), _clean_text(q.body).strip()
     if not title and not body:
         stats.empty += 1
         raise ValueError(f"question {q.id!r} has an empty title and body")
     if len(title) > MAX_FIELD_CHARS or len(body) > MAX_FIELD_CHARS:
         stats.truncated += 1
         title, body = title[:MAX_FIELD_CHARS], body[:MAX_FIELD_CHARS]
-    return Question(q.id, title, body, q.tags)
+    tags = q.tags and tuple(t for t in (_clean_text(t).strip() for t in q.tags) if t)
+    return Question(q.id, title, body, tags)
+
+
+def _clean_text(text: str) -> str:
+    if text.isprintable():  # the common case, checked at C speed
+        return text
+    return _SURROGATE.sub("\ufffd", _TEXT_CONTROL.sub(" ", text))
 
 
 def _split_tags(value) -> tuple[str, ...]:
@@ -143,12 +197,14 @@ def _split_tags(value) -> tuple[str, ...]:
         value = value.split(",")
     if not isinstance(value, list):
         raise ValueError(f"tags must be a list or a comma-separated string, got {value!r}")
-    return tuple(str(t).strip() for t in value if str(t).strip())
+    if not all(isinstance(t, str) for t in value):
+        raise ValueError("tags must be strings")
+    return tuple(t.strip() for t in value if t.strip())
 
 
 def _read_askubuntu(path: Path):
     with open_text(path) as f:
-        for n, line in enumerate(f, 1):
+        for n, line in _lines(path, f):
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
@@ -163,16 +219,16 @@ def _read_askubuntu(path: Path):
 
 def _read_tsv(path: Path):
     with open_text(path) as f:
-        header = f.readline().rstrip("\r\n").split("\t")
-        columns = [h.strip().lower() for h in header]
+        lines = _lines(path, f)
+        _, header = next(lines, (1, ""))
+        columns = [h.strip().lower() for h in header.rstrip("\r\n").split("\t")]
         missing = {"id", "title", "body"} - set(columns)
         if missing:
-            yield 1, f"header lacks column(s) {', '.join(sorted(missing))}"
-            return
+            raise CorpusError(path, 1, f"header lacks column(s) {', '.join(sorted(missing))}")
         where = {
             name: columns.index(name) for name in ("id", "title", "body", "tags") if name in columns
         }
-        for n, line in enumerate(f, 2):
+        for n, line in lines:
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
@@ -180,7 +236,11 @@ def _read_tsv(path: Path):
             if len(parts) != len(columns):
                 yield n, f"expected {len(columns)} tab-separated fields, found {len(parts)}"
                 continue
-            tags = _split_tags(parts[where["tags"]]) if "tags" in where else ()
+            try:
+                tags = _split_tags(parts[where["tags"]]) if "tags" in where else ()
+            except ValueError as err:
+                yield n, str(err)
+                continue
             yield (
                 n,
                 Question(
@@ -189,9 +249,17 @@ def _read_tsv(path: Path):
             )
 
 
+_JSON_TYPES = {
+    dict: "an object",
+    list: "an array",
+    bool: "a boolean",
+    float: "a non-integer number",
+}
+
+
 def _read_jsonl(path: Path):
     with open_text(path) as f:
-        for n, line in enumerate(f, 1):
+        for n, line in _lines(path, f):
             if not line.strip():
                 continue
             try:
@@ -199,13 +267,24 @@ def _read_jsonl(path: Path):
             except json.JSONDecodeError as err:
                 yield n, f"invalid JSON ({err.msg} at column {err.colno})"
                 continue
+            except RecursionError:
+                yield n, "invalid JSON (nested too deeply)"
+                continue
+            except ValueError:  # Python refuses integers of more than 4,300 digits
+                yield n, "invalid JSON (a number with too many digits)"
+                continue
             if not isinstance(obj, dict):
                 yield n, "expected a JSON object"
                 continue
-            if obj.get("id") is None:
+            qid = obj.get("id")
+            if qid is None:
                 yield n, "missing key 'id'" if "id" not in obj else "'id' is null"
                 continue
-            title, body = obj.get("title") or "", obj.get("body") or ""
+            if not isinstance(qid, str | int) or isinstance(qid, bool):
+                yield n, f"'id' must be a string or an integer, not {_JSON_TYPES[type(qid)]}"
+                continue
+            title, body = obj.get("title"), obj.get("body")
+            title, body = "" if title is None else title, "" if body is None else body
             if not isinstance(title, str) or not isinstance(body, str):
                 yield n, "'title' and 'body' must be strings"
                 continue
@@ -214,55 +293,116 @@ def _read_jsonl(path: Path):
             except ValueError as err:
                 yield n, str(err)
                 continue
-            yield n, Question(str(obj["id"]).strip(), title, body, tags)
+            yield n, Question(str(qid).strip(), title, body, tags)
 
 
 def _read_semeval_xml(path: Path):
-    """Every RelQuestion of a SemEval Task 3 file, once each (they repeat across originals)."""
+    """Every RelQuestion of a SemEval Task 3 file, once each (they repeat across originals).
+
+    The parser is fed a line at a time so that each record is reported at the line its
+    ``<RelQuestion>`` tag is on.
+    """
     seen: set[str] = set()
+    parser = ET.XMLPullParser(events=("start", "end"))
+    record_line = 1
     with open_text(path) as f:
         try:
-            for _, elem in ET.iterparse(f, events=("end",)):
-                if elem.tag == "OrgQuestion":
-                    elem.clear()  # its threads and comments are done with
-                if elem.tag != "RelQuestion":
-                    continue
-                qid = elem.get("RELQ_ID", "")
-                if qid not in seen:
-                    seen.add(qid)
-                    tags = _split_tags(elem.get("RELQ_TAGS")) or _split_tags(
-                        elem.get("RELQ_CATEGORY")
-                    )
-                    yield (
-                        None,
-                        Question(
-                            qid,
-                            elem.findtext("RelQSubject") or "",
-                            elem.findtext("RelQBody") or "",
-                            tags,
-                        ),
-                    )
-                elem.clear()
+            for n, text in _lines(path, f, size=1 << 16):
+                parser.feed(text)
+                for event, elem in parser.read_events():
+                    if event == "start":
+                        if elem.tag == "RelQuestion":
+                            record_line = n
+                        continue
+                    if elem.tag == "OrgQuestion":
+                        elem.clear()  # its threads and comments are done with
+                    if elem.tag != "RelQuestion":
+                        continue
+                    qid = elem.get("RELQ_ID", "").strip()
+                    if not qid:
+                        yield record_line, "a RelQuestion without a RELQ_ID"
+                    elif qid not in seen:
+                        seen.add(qid)
+                        tags = _split_tags(elem.get("RELQ_TAGS")) or _split_tags(
+                            elem.get("RELQ_CATEGORY")
+                        )
+                        subject = elem.findtext("RelQSubject") or ""
+                        yield (
+                            record_line,
+                            Question(qid, subject, elem.findtext("RelQBody") or "", tags),
+                        )
+                    elem.clear()
+            parser.close()
         except ET.ParseError as err:
-            yield err.position[0], f"malformed XML ({err})"
+            # expat cannot go on after an error: nothing after it can be read.
+            raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
 
 
 def _read_semeval_csv(path: Path):
     """question2 of the subtask B train-part-1 CSV.
 
-    The file joins subject and body with ". "; they are split back at the first one.
+    The file joins subject and body with ". "; they are split back at the first one. It has
+    one row a line, so a bad record that runs over several lines is a stray quote joining
+    rows: it is reported at the line it starts on and reading goes on (with ``skip_bad``)
+    from the next line, so the quote cannot swallow the rows after it.
     """
+    seen: set[str] = set()
+    first = 2
+    while first:
+        first = yield from _semeval_csv_from(path, first, seen)
+
+
+def _semeval_csv_from(path: Path, first: int, seen: set[str]):
+    """The records from line ``first`` on; returns the line to read on from after a bad
+    record that ran over several lines, or None at the end of the file."""
     with open_text(path) as f:
-        rows = csv.DictReader(f)
-        if not rows.fieldnames or not {"question2_id", "question2"} <= set(rows.fieldnames):
-            yield 1, "expected the SemEval subtask B CSV header (question2_id, question2, ...)"
-            return
-        seen: set[str] = set()
-        for row in rows:
-            qid = row["question2_id"]
+        lines = (text for n, text in _lines(path, f) if n == 1 or n >= first)
+        rows = csv.reader(lines, strict=True)
+        try:
+            header = next(rows, [])
+        except csv.Error as err:
+            raise CorpusError(path, 1, f"malformed CSV header ({err})") from None
+        if not {"question2_id", "question2"} <= set(header) or rows.line_num != 1:
+            raise CorpusError(
+                path, 1, "expected the SemEval subtask B CSV header (question2_id, question2, ...)"
+            )
+        id_at, text_at = header.index("question2_id"), header.index("question2")
+        skipped = first - 2  # lines left out after the header
+        while True:
+            start = rows.line_num + skipped + 1
+            try:
+                row = next(rows)
+                problem = None
+            except StopIteration:
+                return None
+            except csv.Error as err:
+                row, problem = None, _csv_problem(err)
+            end = rows.line_num + skipped
+            if row is not None and not row:
+                continue
+            if row is not None and len(row) != len(header):
+                problem = f"expected {len(header)} comma-separated fields, found {len(row)}"
+            if problem is not None:
+                if end > start:
+                    yield start, f"{problem} (a stray quote joined lines {start}-{end})"
+                    return start + 1
+                yield start, problem
+                continue
+            qid = row[id_at].strip()
             if not qid:
-                yield rows.line_num, "empty question2_id"
+                yield start, "empty question2_id"
             elif qid not in seen:
                 seen.add(qid)
-                title, _, body = (row["question2"] or "").partition(". ")
-                yield rows.line_num, Question(qid.strip(), title, body)
+                title, _, body = row[text_at].partition(". ")
+                yield start, Question(qid, title, body)
+
+
+def _csv_problem(err: csv.Error) -> str:
+    problem = str(err)
+    if problem == "unexpected end of data":
+        return "a quote opened in this record is never closed"
+    if problem.startswith("new-line character seen in unquoted field"):
+        return "a bare carriage return (\\r) inside an unquoted field"
+    if "expected after" in problem:
+        return f"a quote closes in the middle of a field ({problem})"
+    return f"malformed CSV ({problem})"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres.backends.base import Backend, BackendError
-from qres.corpus import CorpusError, Question, read_corpus
+from qres.corpus import Question, read_corpus
 
 
 @dataclass
@@ -51,6 +51,8 @@ def index_questions(
 
     def flush() -> None:
         nonlocal since_commit
+        if not pending:
+            return
         for q in pending:
             if q.id in seen:
                 report.duplicates += 1
@@ -66,17 +68,25 @@ def index_questions(
             on_batch(len(pending))
         pending.clear()
 
+    reading = iter(questions)
     try:
-        for question in questions:
+        while True:
+            try:
+                question = next(reading)
+            except StopIteration:
+                break
+            except BaseException:
+                # Whatever stopped the reader (a bad record, an unreadable file, Ctrl-C), keep
+                # every good question it read before that.
+                flush()
+                raise
             pending.append(question)
             if len(pending) >= batch_size:
                 flush()
-    except (CorpusError, KeyboardInterrupt):
-        # Keep every good question read before the bad record or the interrupt.
         flush()
+    except KeyboardInterrupt:
+        flush()  # Ctrl-C while a batch was being encoded or written: finish that batch
         raise
-    else:
-        flush()
     finally:
         backend.commit()
     report.indexed -= report.duplicates

@@ -140,3 +140,16 @@ def test_evaluate_askubuntu_format_with_qres_bm25(run):
 def test_evaluate_askubuntu_qres_ranker_needs_the_corpus(run):
     result = run("evaluate", "--dataset", "askubuntu", "--ranker", "bm25")
     assert result.exit_code == 1 and "--corpus" in result.output
+
+
+def test_text_that_looks_like_rich_markup_is_printed_as_written(run, tmp_path):
+    corpus = tmp_path / "m.tsv"
+    corpus.write_text("id\ttitle\tbody\nm[/b]1\tusb boot [/bold] broken\tx\n[red]\t\t\n")
+    result = run("index", corpus, "--skip-bad")
+    assert result.exit_code == 0, result.output
+    assert "skipped: " in result.output and "[red]" in result.output
+    result = run("search", "usb boot")
+    assert result.exit_code == 0, result.output
+    assert "usb boot [/bold] broken" in result.output and "m[/b]1" in result.output
+    result = run("search", "[/x] usb")
+    assert result.exit_code == 0, result.output

@@ -302,8 +302,9 @@ def test_lone_carriage_return_inside_a_field_does_not_split_the_record(tmp_path)
     path.write_bytes(b"1\ttitle\tbody with a \r inside\n2\tt\n3\tt\tb\tbad\n")
     with pytest.raises(CorpusError, match=r"c\.txt:3: "):
         list(read_corpus(path))
+    # The carriage return itself becomes a space: see test_control_characters_*.
     assert list(read_corpus(path, skip_bad=True))[0] == Question(
-        "1", "title", "body with a \r inside"
+        "1", "title", "body with a   inside"
     )
 
 
@@ -378,3 +379,47 @@ def test_malformed_line_raises_only_when_iteration_reaches_it(tmp_path, name, co
     assert next(questions).title == "second"
     with pytest.raises(CorpusError, match=":[34]: "):
         next(questions)
+
+
+# --- control characters -----------------------------------------------------------------------
+
+CONTROL_TEXT = "a\x00b\x1b[2Jc\x07d\re\x7ff\x9bg"  # NUL, ESC sequence, BEL, CR, DEL, CSI
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("c.txt", f"1\t{CONTROL_TEXT}\tline\n"),
+        ("c.tsv", f"id\ttitle\tbody\ttags\n1\t{CONTROL_TEXT}\tline\tx\x1by\n"),
+        ("c.jsonl", json.dumps({"id": "1", "title": CONTROL_TEXT, "body": "line\n\ttwo"}) + "\n"),
+        ("c.csv", semeval_csv(("1", "x")).replace('"x"', f'"{CONTROL_TEXT}. line"')),
+    ],
+)
+def test_control_characters_in_text_fields_become_spaces(tmp_path, name, content):
+    # Nothing read may reach a terminal raw; tab and newline are ordinary text.
+    [q] = read_corpus(write(tmp_path / name, content))
+    assert q.title == "a b [2Jc d e f g"
+    assert q.body in ("line", "line\n\ttwo")
+    assert all(not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", t) for t in q.tags)
+
+
+def test_lone_surrogates_in_text_become_replacement_characters(tmp_path):
+    # json.loads accepts "\ud800"; it cannot be stored as UTF-8.
+    path = write(tmp_path / "c.jsonl", '{"id": "1", "title": "a\\ud800b", "tags": ["\\udfff"]}\n')
+    assert list(read_corpus(path)) == [Question("1", "a\ufffdb", "", ("\ufffd",))]
+
+
+@pytest.mark.parametrize("qid", ["a\x00b", "a\x1b[31m", "a\tb", "a\nb", "a\x85b", "a\ud800"])
+def test_control_characters_in_ids_are_refused(tmp_path, qid):
+    path = write(tmp_path / "c.jsonl", json.dumps({"id": qid, "title": "t"}) + "\n")
+    with pytest.raises(CorpusError, match=r"c\.jsonl:1: id .* contains a control character") as e:
+        list(read_corpus(path))
+    assert "\x1b" not in str(e.value) and "\x00" not in str(e.value)  # the id is escaped
+
+
+def test_jsonl_ids_are_strings_or_integers(tmp_path):
+    path = write(
+        tmp_path / "c.jsonl",
+        '{"id": 7, "title": "t"}\n{"id": "x7", "title": "t"}\n{"id": -3, "title": "t"}\n',
+    )
+    assert [q.id for q in read_corpus(path)] == ["7", "x7", "-3"]

@@ -45,3 +45,16 @@ def test_bad_line_keeps_what_came_before_and_rerun_completes(tmp_path):
     index_questions(b, read_corpus(corpus, skip_bad=True), batch_size=4)
     assert b.count() == 10
     b.close()
+
+
+@pytest.mark.parametrize("failure", [OSError("disk read error"), EOFError(), RuntimeError("bug")])
+def test_any_reader_failure_keeps_the_questions_read_before_it(tmp_path, failure):
+    def reader():
+        yield from (Question(f"q{i}", f"title {i}", "body") for i in range(5))
+        raise failure
+
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    with pytest.raises(type(failure)):
+        index_questions(b, reader(), batch_size=256)
+    assert b.count() == 5
+    b.close()
