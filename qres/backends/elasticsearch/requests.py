@@ -1,0 +1,147 @@
+"""What the Elasticsearch backend sends: index settings and mappings from ``es_config/``,
+query words, and search-log documents."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+
+from qres.backends.base import BackendError
+from qres.text import bm25_terms, tokenize
+
+# es_config/ of the repository, installed as the package qres.es_config (a wheel has no checkout).
+CONFIG_DIR = resources.files("qres.es_config")
+MAX_RESULT_WINDOW = 10_000  # Elasticsearch's index.max_result_window default
+_MAX_QUERY_WORDS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
+# Painless: documents without a vector get 0, below every cosine + 1 (which is in [0, 2]).
+RESCORE_SCRIPT = (
+    "doc['vector'].size() == 0 ? 0.0 : cosineSimilarity(params.query_vector, 'vector') + 1.0"
+)
+
+
+def load_es_config(name: str) -> dict:
+    """A JSON file of ``es_config/``."""
+    path = CONFIG_DIR / name
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise BackendError(f"{path}: cannot load the Elasticsearch configuration ({err})") from None
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """What a new physical index is made with."""
+
+    title_boost: float = 2.0
+    analyzer: str = "english"  # or "plain": lower-cased words, no stemming, no stop words
+    shards: int = 1
+    replicas: int | None = None  # None: 0 on one node, 1 once the cluster has a second
+    vector_dims: int | None = None  # None: set by the first upsert with vectors
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> IndexSettings:
+        def number(key, kind, default, minimum):
+            value = settings.get(key, default)
+            if value is None:
+                return None
+            try:
+                value = kind(value)
+            except (TypeError, ValueError):
+                raise BackendError(f"{key} must be a number, got {value!r}") from None
+            if value < minimum or (kind is float and not math.isfinite(value)):
+                raise BackendError(f"{key} must be at least {minimum}, got {value!r}")
+            return value
+
+        analyzer = settings.get("analyzer", "english")
+        if analyzer not in ("english", "plain"):
+            raise BackendError(f"unknown analyzer {analyzer!r} (one of english, plain)")
+        return cls(
+            title_boost=number("title_boost", float, 2.0, 0.0),
+            analyzer=analyzer,
+            shards=number("shards", int, 1, 1),
+            replicas=number("replicas", int, None, 0),
+            vector_dims=number("vector_dims", int, None, 1),
+        )
+
+    def vector_mapping(self, dims: int) -> dict:
+        return {**load_es_config("vector-field.json"), "dims": int(dims)}
+
+    def index_body(self, server: tuple[int, int] = (8, 0)) -> tuple[dict, dict]:
+        """(settings, mappings) of a new physical index, from es_config/questions-template.json,
+        for a server of version ``server`` (major, minor)."""
+        template = load_es_config("questions-template.json")["template"]
+        settings, mappings = (
+            copy.deepcopy(template["settings"]),
+            copy.deepcopy(template["mappings"]),
+        )
+        index = settings.setdefault("index", {})
+        index["number_of_shards"] = self.shards
+        if self.replicas is not None:
+            index["number_of_replicas"] = self.replicas
+            index["auto_expand_replicas"] = "false"
+        if server >= (9, 2):  # 9.2 drops vectors from _source by default; vectors() reads them
+            index.setdefault("mapping", {})["exclude_source_vectors"] = False
+        analyzer = "qres_english" if self.analyzer == "english" else "qres_plain"
+        for name in ("title", "body"):
+            mappings["properties"][name]["analyzer"] = analyzer
+        meta = {
+            "format": 1,
+            "backend": "elasticsearch",
+            "analyzer": self.analyzer,
+            "title_boost": self.title_boost,
+        }
+        if self.vector_dims:
+            mappings["properties"]["vector"] = self.vector_mapping(self.vector_dims)
+            meta["vector_dim"] = self.vector_dims
+        mappings["_meta"] = meta
+        return settings, mappings
+
+
+def query_words(text: str, analyzer: str = "english", limit: int = _MAX_QUERY_WORDS) -> list[str]:
+    """The words of ``text`` worth sending: normalised by :mod:`qres.text`, punctuation and stop
+    words dropped, one word per distinct BM25 term set (a repeated term counts once, as in the
+    embedded backend), at most ``limit``. Elasticsearch analyses them again itself."""
+    language = "english" if analyzer == "english" else None
+    seen: set[tuple[str, ...]] = set()
+    words: list[str] = []
+    for token in tokenize(text):
+        terms = tuple(bm25_terms(token, language))
+        if terms and terms not in seen:
+            seen.add(terms)
+            words.append(token)
+            if len(words) == limit:
+                break
+    return words
+
+
+def search_log_document(record: dict, backend: str, index: str) -> dict:
+    """The ``qres-search-log`` document of one search ``record``.
+
+    Keys: ``time`` (datetime, epoch seconds or ISO string; default now), ``query``, ``mode``,
+    ``latency_ms``, ``k``, ``top_ids``, ``top_scores``, ``result_count`` (default
+    ``len(top_ids)``), ``backend``, ``index``; any other key is kept, unindexed, under ``extra``.
+    """
+    record = dict(record)
+    when = record.pop("time", None)
+    if when is None:
+        when = datetime.now(timezone.utc)
+    elif isinstance(when, (int, float)):
+        when = datetime.fromtimestamp(when, timezone.utc)
+    doc = {"@timestamp": when.isoformat() if isinstance(when, datetime) else str(when)}
+    doc["query"] = str(record.pop("query", ""))
+    doc["mode"] = str(record.pop("mode", "bm25"))
+    doc["latency_ms"] = float(record.pop("latency_ms", 0.0))
+    if "k" in record:
+        doc["k"] = int(record.pop("k"))
+    doc["top_ids"] = [str(i) for i in record.pop("top_ids", [])]
+    doc["top_scores"] = [float(s) for s in record.pop("top_scores", [])]
+    doc["result_count"] = int(record.pop("result_count", len(doc["top_ids"])))
+    doc["backend"] = str(record.pop("backend", backend))
+    doc["index"] = str(record.pop("index", index))
+    if record:
+        doc["extra"] = record
+    return doc
