@@ -154,17 +154,18 @@ class SearchPipeline:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
         window = max(k, self.candidates) if only_ids is None else len(only_ids)
-        hits = self.backend.search(text, window, only_ids=only_ids)
-        if mode == "bm25" or not hits:
-            return [Result(h.id, h.score, h.score, None) for h in hits[:k]]
-        if self.encoder is None:
+        if mode == "bm25" or self.encoder is None:
+            hits = self.backend.search(text, window, only_ids=only_ids)
+            if mode == "bm25" or not hits:
+                return [Result(h.id, h.score, h.score, None) for h in hits[:k]]
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         if query_vector is None:
             query_vector = self.encoder.encode_query(text)
+        hits, cosine, has_vector = self.backend.search_with_cosine(
+            text, window, query_vector, only_ids=only_ids
+        )
         ids = [h.id for h in hits]
         bm25 = np.array([h.score for h in hits], dtype=np.float32)
-        vectors, has_vector = self.backend.vectors(ids)
-        cosine = vectors @ query_vector  # both sides are L2-normalised
         score = cosine if mode == "dense" else self.fusion.score(bm25, cosine)
         # Rescored candidates first by score; the ones without a vector after them, BM25 order.
         order = sorted(

@@ -9,6 +9,10 @@ split into the same tokens wherever it is seen. Two views of the same tokens exi
 * ``bm25_terms`` — what the BM25 index stores and the query is matched against: the word
   tokens of ``tokenize``, split at hyphens and apostrophes, English stop words removed and
   Snowball (Porter2) stemmed, close to Lucene's English analyzer.
+
+Both backends index and search exactly these terms: the embedded one hands them to tantivy,
+the Elasticsearch one to a whitespace-only analyzer (``es_config/questions-template.json``),
+so no engine analyses text on its own.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ TITLE_MAX_TOKENS = 40
 _TOKEN = re.compile(r"\w+(?:['’.\-]\w+)*|[^\w\s]")
 _WORD_PARTS = re.compile(r"['’\-]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Longer "words" (base64, hashes run together) carry no search value, and engines limit term
+# sizes (Lucene splits tokens at 255 characters by default and rejects terms over 32 kB).
+MAX_TERM_CHARS = 255
 
 # Lucene's English stop-word set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET).
 STOP_WORDS = frozenset(
@@ -59,7 +66,8 @@ def _stem(word: str) -> str:
 def bm25_terms(text: str, language: str | None = "english") -> list[str]:
     """Index/query terms of ``text`` for BM25: word parts, stop words removed, stemmed.
 
-    ``language=None`` keeps every word part unstemmed (the "plain" analyzer).
+    ``language=None`` keeps every word part unstemmed (the "plain" analyzer). Parts longer than
+    :data:`MAX_TERM_CHARS` are dropped.
     """
     if language is None:
         return [
@@ -67,13 +75,13 @@ def bm25_terms(text: str, language: str | None = "english") -> list[str]:
             for t in tokenize(text)
             if t[0].isalnum() or t[0] == "_"
             for p in _WORD_PARTS.split(t)
-            if p
+            if p and len(p) <= MAX_TERM_CHARS
         ]
     terms = []
     for token in tokenize(text):
         if not token[0].isalnum() and token[0] != "_":
             continue  # punctuation carries no BM25 signal
         for part in _WORD_PARTS.split(token):
-            if part and part != "s" and part not in STOP_WORDS:
+            if part and part != "s" and part not in STOP_WORDS and len(part) <= MAX_TERM_CHARS:
                 terms.append(_stem(part))
     return terms

@@ -70,6 +70,21 @@ class Backend(ABC):
     def set_metadata(self, values: dict) -> None:
         """Merge ``values`` into the metadata; durable at once."""
 
+    def search_with_cosine(
+        self,
+        text: str,
+        k: int,
+        query_vector: np.ndarray,
+        only_ids: Sequence[str] | None = None,
+    ) -> tuple[list[Hit], np.ndarray, np.ndarray]:
+        """:meth:`search`'s hits with each one's cosine to ``query_vector`` (float32; 0 where
+        the bool mask says the hit has no vector). A backend may do it in one request."""
+        hits = self.search(text, k, only_ids=only_ids)
+        if not hits:
+            return hits, np.zeros(0, np.float32), np.zeros(0, bool)
+        vectors, has_vector = self.vectors([h.id for h in hits])
+        return hits, vectors @ query_vector, has_vector  # both sides are L2-normalised
+
     keeps_search_log: bool = False  # whether log_search records searches (Elasticsearch)
 
     def log_search(self, record: dict) -> None:

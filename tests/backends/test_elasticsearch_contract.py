@@ -47,3 +47,57 @@ def make_backend():
 
 class TestElasticsearchContract(BackendContract):
     pass
+
+
+# -- same terms and scores as the embedded backend (tests/backends/test_analysis.py models it) --
+
+
+@pytest.fixture(scope="module")
+def semeval_questions(shared_data):
+    from qres.corpus import read_corpus
+
+    path = shared_data / "semeval2016-task3" / "SemEval2016-Task3-CQA-QL-dev.xml"
+    return list(read_corpus(path, "semeval-xml"))
+
+
+def test_cluster_analyze_matches_bm25_terms(make_backend, semeval_questions):
+    from qres.backends.elasticsearch.requests import terms_fields
+    from qres.text import bm25_terms
+
+    backend = make_backend("analyze")
+    for question in semeval_questions[:300]:
+        sent = terms_fields(question.title, question.body, "english")["body_terms"]
+        answer = backend._client.indices.analyze(index=backend.alias, field="body_terms", text=sent)
+        assert [t["token"] for t in answer["tokens"]] == bm25_terms(question.body)
+
+
+def test_bm25_and_cosine_match_the_embedded_backend(make_backend, semeval_questions, tmp_path):
+    """Same terms, so the same candidates in the same order; Lucene's BM25 differs from
+    tantivy's by a constant factor (k1 + 1), which the fusion's division by the top score
+    removes, so normalised scores are compared."""
+    import numpy as np
+
+    from qres.backends.embedded import EmbeddedBackend
+
+    vectors = np.random.default_rng(0).normal(size=(len(semeval_questions), 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    es = make_backend("scores")
+    embedded = EmbeddedBackend(tmp_path / "index", create=True, vector_dtype="float32")
+    for backend in (es, embedded):
+        backend.upsert(semeval_questions, vectors)
+        backend.commit()
+    query_vector = vectors[0]
+    for question in semeval_questions[:50]:
+        text = f"{question.title} {question.body}"
+        got = es.search_with_cosine(text, 10, query_vector)
+        want = embedded.search_with_cosine(text, 10, query_vector)
+        es_top = {h.id: h.score / got[0][0].score for h in got[0]}
+        emb_top = {h.id: h.score / want[0][0].score for h in want[0]}
+        for qid in es_top.keys() & emb_top.keys():
+            assert es_top[qid] == pytest.approx(emb_top[qid], abs=0.02), (question.id, qid)
+        assert len(es_top.keys() & emb_top.keys()) >= 8, question.id
+        cos_es = dict(zip([h.id for h in got[0]], got[1], strict=True))
+        cos_emb = dict(zip([h.id for h in want[0]], want[1], strict=True))
+        for qid in cos_es.keys() & cos_emb.keys():
+            assert cos_es[qid] == pytest.approx(cos_emb[qid], abs=1e-5)
+    embedded.close()

@@ -22,20 +22,25 @@ import numpy as np
 import pytest
 from elastic_transport import ApiResponseMeta, BaseNode, HttpHeaders
 
-from qres.backends.base import BackendError
+from qres.backends.base import Backend, BackendError, Hit
 from qres.backends.elasticsearch import (
     CONFIG_DIR,
+    COSINE_SCRIPT,
     DEFAULT_INDEX,
     DEFAULT_LOG_INDEX,
     RESCORE_SCRIPT,
     EsBackend,
     EsConfig,
-    query_words,
+    query_terms,
     search_log_document,
 )
 from qres.corpus import Question
+from qres.fusion import Fusion
 from qres.kibana import SAVED_OBJECTS, import_saved_objects
+from qres.search import SearchPipeline
+from qres.text import bm25_terms
 
+from ..fakes import TableEncoder
 from .contract import QUESTIONS, vectors_for
 
 URL = "http://es.test:9200"
@@ -135,13 +140,15 @@ def es_error(status: int, kind: str, reason: str) -> dict:
 def mapping(physical="qres-questions-v1", dims=None, meta=None) -> dict:
     properties = {
         "id": {"type": "keyword"},
-        "title": {"type": "text", "analyzer": "qres_english"},
-        "body": {"type": "text", "analyzer": "qres_english"},
+        "title": {"type": "text", "index": False},
+        "body": {"type": "text", "index": False},
+        "title_terms": {"type": "text", "analyzer": "qres_terms"},
+        "body_terms": {"type": "text", "analyzer": "qres_terms"},
         "tags": {"type": "keyword"},
     }
     if dims:
         properties["vector"] = {"type": "dense_vector", "dims": dims}
-    meta = {"format": 1, "analyzer": "english", "title_boost": 2.0, **(meta or {})}
+    meta = {"format": 2, "analyzer": "english", "title_boost": 2.0, **(meta or {})}
     return {physical: {"mappings": {"_meta": meta, "properties": properties}}}
 
 
@@ -201,25 +208,24 @@ def test_create_sends_the_template_settings_mappings_and_alias():
     assert index["auto_expand_replicas"] == "0-1"  # 0 replicas on one node, 1 on more
     assert index["refresh_interval"] == "-1"  # only commit() makes writes visible
     assert index["similarity"]["qres_bm25"] == {"type": "BM25", "k1": 1.2, "b": 0.75}
-    analysis = index["analysis"]
-    english = analysis["analyzer"]["qres_english"]
-    assert english["tokenizer"] == "standard"
-    assert [analysis["filter"].get(f, f) for f in english["filter"]] == [
-        {"type": "stemmer", "language": "possessive_english"},
-        "lowercase",
-        {"type": "stop", "stopwords": "_english_"},  # Lucene's set, as qres.text.STOP_WORDS
-        {"type": "stemmer", "language": "porter2"},  # Snowball English, as PyStemmer
-    ]
+    # Elasticsearch only splits the terms qres.text computed (tests/backends/test_analysis.py)
+    assert index["analysis"] == {
+        "tokenizer": {"qres_terms": {"type": "whitespace", "max_token_length": 1024}},
+        "analyzer": {"qres_terms": {"type": "custom", "tokenizer": "qres_terms", "filter": []}},
+    }
     mappings = create.body["mappings"]
     assert mappings["dynamic"] == "strict"
+    assert mappings["_source"] == {"excludes": ["title_terms", "body_terms"]}
     assert mappings["properties"] == {
         "id": {"type": "keyword"},
-        "title": {"type": "text", "analyzer": "qres_english", "similarity": "qres_bm25"},
-        "body": {"type": "text", "analyzer": "qres_english", "similarity": "qres_bm25"},
+        "title": {"type": "text", "index": False},
+        "body": {"type": "text", "index": False},
+        "title_terms": {"type": "text", "analyzer": "qres_terms", "similarity": "qres_bm25"},
+        "body_terms": {"type": "text", "analyzer": "qres_terms", "similarity": "qres_bm25"},
         "tags": {"type": "keyword"},
     }
     assert mappings["_meta"] == {
-        "format": 1,
+        "format": 2,
         "backend": "elasticsearch",
         "analyzer": "english",
         "title_boost": 2.0,
@@ -265,7 +271,7 @@ def test_create_with_settings_adds_vector_field_shards_replicas_and_plain_analyz
         "index": True,
         "similarity": "cosine",
     }
-    assert properties["title"]["analyzer"] == properties["body"]["analyzer"] == "qres_plain"
+    assert properties["title_terms"]["analyzer"] == "qres_terms"  # plain: qres sends other terms
     meta = create.body["mappings"]["_meta"]
     assert meta["vector_dim"] == 384 and meta["title_boost"] == 3.5 and meta["analyzer"] == "plain"
 
@@ -299,12 +305,21 @@ def test_upsert_sends_bulk_index_actions_with_sources(cluster):
                 "id": "u1",
                 "title": QUESTIONS[0].title,
                 "body": QUESTIONS[0].body,
+                "title_terms": " ".join(bm25_terms(QUESTIONS[0].title)),
+                "body_terms": " ".join(bm25_terms(QUESTIONS[0].body)),
                 "tags": ["boot", "usb"],
             },
         ),
         (
             {"index": {"_index": "qres-questions", "_id": "u2"}},
-            {"id": "u2", "title": QUESTIONS[1].title, "body": QUESTIONS[1].body, "tags": ["wifi"]},
+            {
+                "id": "u2",
+                "title": QUESTIONS[1].title,
+                "body": QUESTIONS[1].body,
+                "title_terms": " ".join(bm25_terms(QUESTIONS[1].title)),
+                "body_terms": " ".join(bm25_terms(QUESTIONS[1].body)),
+                "tags": ["wifi"],
+            },
         ),
     ]
     backend.close()
@@ -322,7 +337,7 @@ def test_first_vectors_add_the_vector_mapping_then_index_them(cluster):
         }
     }
     assert puts[1].body == {  # _meta merged, not replaced
-        "_meta": {"format": 1, "analyzer": "english", "title_boost": 2.0, "vector_dim": 4}
+        "_meta": {"format": 2, "analyzer": "english", "title_boost": 2.0, "vector_dim": 4}
     }
     order = [(r.method, r.path) for r in cluster.requests]
     assert order.index(("PUT", "/qres-questions/_mapping")) < order.index(("PUT", "/_bulk"))
@@ -459,7 +474,7 @@ def test_search_sends_most_fields_multi_match_with_title_boost(cluster):
             "multi_match": {
                 "query": "how do i boot ubuntu from usb stick",
                 "type": "most_fields",
-                "fields": ["title^2.0", "body"],
+                "fields": ["title_terms^2.0", "body_terms"],
             }
         },
         "size": 10,
@@ -473,12 +488,13 @@ def test_search_sends_most_fields_multi_match_with_title_boost(cluster):
 @pytest.mark.parametrize(
     ("text", "sent"),
     [
-        ("title:(usb OR x)", "title usb x"),
+        ("title:(usb OR x)", "titl usb x"),
         ('"usb^10 AND NOT boot*', "usb 10 boot"),
-        ("usb usb USB booting boots", "usb booting"),  # one word per distinct term
+        ("usb usb USB booting boots", "usb boot"),  # each distinct term once
+        ("can't you're John's e-mail", "can t you re john e mail"),  # as the embedded backend
     ],
 )
-def test_query_syntax_is_sent_as_plain_words(cluster, text, sent):
+def test_query_syntax_is_sent_as_plain_terms(cluster, text, sent):
     cluster.on("POST", "/qres-questions/_search", search_answer())
     backend = cluster.backend()
     backend.search(text, 5)
@@ -488,9 +504,9 @@ def test_query_syntax_is_sent_as_plain_words(cluster, text, sent):
     backend.close()
 
 
-def test_long_queries_are_capped_at_1024_distinct_words():
-    words = query_words(" ".join(f"w{i}" for i in range(3000)))
-    assert len(words) == 1024 and words[0] == "w0"
+def test_long_queries_are_capped_at_1024_distinct_terms():
+    terms = query_terms(" ".join(f"w{i}" for i in range(3000)))
+    assert len(terms) == 1024 and terms[0] == "w0"
 
 
 def test_title_boost_comes_from_the_index_metadata():
@@ -499,8 +515,8 @@ def test_title_boost_comes_from_the_index_metadata():
     c.on("POST", "/qres-questions/_search", search_answer())
     c.backend(title_boost=9.0).search("usb", 3)  # settings only shape a new index
     assert c.sent("POST", "/qres-questions/_search")[0].body["query"]["multi_match"]["fields"] == [
-        "title^3.5",
-        "body",
+        "title_terms^3.5",
+        "body_terms",
     ]
 
 
@@ -517,7 +533,7 @@ def test_only_ids_filters_by_id_and_keeps_non_matching_at_zero(cluster):
                     "multi_match": {
                         "query": "usb boot",
                         "type": "most_fields",
-                        "fields": ["title^2.0", "body"],
+                        "fields": ["title_terms^2.0", "body_terms"],
                     }
                 }
             ],
@@ -552,6 +568,122 @@ def vector_cluster(cluster):
     cluster.on("GET", "/qres-questions/_mapping", mapping(dims=4, meta={"vector_dim": 4}))
     cluster.on("POST", "/qres-questions/_search", search_answer(("u1", 4.0)))
     return cluster
+
+
+# -- dense and hybrid in one request ------------------------------------------------------------
+
+# Fixture candidates: id, BM25 score, stored vector (None: the question has no vector).
+CANDIDATES = [
+    ("c1", 9.0, [1.0, 0.0, 0.0, 0.0]),
+    ("c2", 7.5, [0.0, 1.0, 0.0, 0.0]),
+    ("c3", 7.5, None),
+    ("c4", 4.0, [0.6, 0.8, 0.0, 0.0]),
+    ("c5", 2.25, [0.0, 0.0, 0.0, 1.0]),
+    ("c6", 0.5, [0.5, 0.5, 0.5, 0.5]),
+]
+
+
+def cosine_script(source: str, params: dict, vector) -> float | None:
+    """What COSINE_SCRIPT computes for one hit, in Python: DenseVector.cosineSimilarity (the
+    dot product over both magnitudes, in double precision), null without a vector."""
+    assert source == COSINE_SCRIPT
+    if vector is None:
+        return None
+    query, stored = np.asarray(params["query_vector"], float), np.asarray(vector, float)
+    return float(query @ stored / (np.linalg.norm(query) * np.linalg.norm(stored)))
+
+
+def scripted_search(request: Request):
+    """A search answer that runs the request's script field over the fixture candidates."""
+    script = request.body["script_fields"]["cosine"]["script"]
+    hits = []
+    for qid, score, vector in CANDIDATES[: request.body["size"]]:
+        value = cosine_script(script["source"], script["params"], vector)
+        hits.append({"_id": qid, "_score": score, "fields": {"cosine": [value]}})
+    return 200, {"hits": {"hits": hits}}
+
+
+class InMemoryBackend(Backend):
+    """The fixture candidates behind the base class's two-step search_with_cosine (BM25 hits,
+    then their vectors), as the embedded backend does it."""
+
+    name = "memory"
+
+    def search(self, text, k, only_ids=None):
+        return [Hit(qid, score) for qid, score, _ in CANDIDATES[:k]]
+
+    def vectors(self, ids):
+        stored = {qid: vector for qid, _, vector in CANDIDATES}
+        rows = np.array([stored[i] or [0.0] * 4 for i in ids], np.float32)
+        return rows, np.array([stored[i] is not None for i in ids])
+
+    def metadata(self):
+        return {"model_fingerprint": "fake-model", "vector_dim": 4}
+
+    upsert = delete = commit = fetch = count = set_metadata = None
+
+
+@pytest.fixture
+def model_cluster(cluster):
+    meta = {"vector_dim": 4, "model_fingerprint": "fake-model"}
+    cluster.on("GET", "/qres-questions/_mapping", mapping(dims=4, meta=meta))
+    cluster.on("POST", "/qres-questions/_search", scripted_search)
+    return cluster
+
+
+def test_dense_and_hybrid_send_one_search_with_a_cosine_script_field(model_cluster):
+    encoder = TableEncoder({"usb": 0, "wifi": 1})
+    pipeline = SearchPipeline(model_cluster.backend(), encoder, Fusion(0.4, 0.6))
+    pipeline.search("usb boot", 3, "hybrid")
+    reads = [r for r in model_cluster.requests if r.path != "/qres-questions/_mapping"]
+    (request,) = reads  # one search, no _mget of vectors
+    query_vector = encoder.encode_query("usb boot").tolist()
+    assert request.path == "/qres-questions/_search"
+    assert request.body == {
+        "query": {
+            "multi_match": {
+                "query": "usb boot",
+                "type": "most_fields",
+                "fields": ["title_terms^2.0", "body_terms"],
+            }
+        },
+        "size": 100,  # the candidate window, fused by qres
+        "_source": False,
+        "track_total_hits": False,
+        "script_fields": {
+            "cosine": {
+                "script": {"source": COSINE_SCRIPT, "params": {"query_vector": query_vector}}
+            }
+        },
+    }
+    assert "field('vector').get()" in COSINE_SCRIPT and "cosineSimilarity" in COSINE_SCRIPT
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+@pytest.mark.parametrize("query", ["usb", "wifi usb", "nothing alike"])
+def test_fused_ranking_in_one_request_equals_the_embedded_path(model_cluster, mode, query):
+    """The cluster's script cosines fused by qres give the ranking, scores and per-signal
+    figures (--explain) that the two-step path of the embedded backend gives."""
+    encoder = TableEncoder({"usb": 0, "wifi": 1, "nothing": 3})
+    fusion = Fusion(0.35, 0.65)
+    es = SearchPipeline(model_cluster.backend(), encoder, fusion).search(query, 6, mode)
+    reference = SearchPipeline(InMemoryBackend(), encoder, fusion).search(query, 6, mode)
+    assert [r.id for r in es] == [r.id for r in reference]
+    for got, want in zip(es, reference, strict=True):
+        assert got.bm25 == want.bm25
+        assert got.score == pytest.approx(want.score, abs=1e-6)
+        assert (got.cosine is None) == (want.cosine is None)
+        if want.cosine is not None:
+            assert got.cosine == pytest.approx(want.cosine, abs=1e-6)
+    assert es[-1].id == "c3" and es[-1].cosine is None  # no vector: after the rescored ones
+
+
+def test_search_with_cosine_without_terms_sends_nothing(model_cluster):
+    backend = model_cluster.backend()
+    hits, cosine, has = backend.search_with_cosine("the of", 10, np.ones(4, np.float32) / 2)
+    assert (hits, len(cosine), len(has)) == ([], 0, 0)
+    assert model_cluster.sent("POST", "/qres-questions/_search") == []
+    backend.close()
 
 
 def test_rescored_search_sends_a_script_score_rescore(vector_cluster):
@@ -674,12 +806,12 @@ def test_count_and_metadata(cluster):
     cluster.on("POST", "/qres-questions/_count", {"count": 42})
     backend = cluster.backend()
     assert backend.count() == 42
-    assert backend.metadata() == {"format": 1, "analyzer": "english", "title_boost": 2.0}
+    assert backend.metadata() == {"format": 2, "analyzer": "english", "title_boost": 2.0}
     backend.set_metadata({"model_fingerprint": "abc", "vector_dim": 4})
     put = cluster.sent("PUT", "/qres-questions/_mapping")[-1]
     assert put.body == {
         "_meta": {
-            "format": 1,
+            "format": 2,
             "analyzer": "english",
             "title_boost": 2.0,
             "model_fingerprint": "abc",
@@ -854,8 +986,25 @@ def test_index_templates_are_valid_composable_templates():
     questions = json.loads((CONFIG_DIR / "questions-template.json").read_text())
     properties = questions["template"]["mappings"]["properties"]
     analysis = questions["template"]["settings"]["index"]["analysis"]
-    for field in ("title", "body"):
+    for field in ("title_terms", "body_terms"):
         assert properties[field]["analyzer"] in analysis["analyzer"]
+    for field in ("title", "body"):
+        assert properties[field]["index"] is False  # stored for display, searched as terms
+
+
+def test_an_index_made_by_an_older_qres_asks_for_a_rebuild():
+    c = FakeCluster()
+    old = mapping(meta={"format": 1})
+    for name in ("title_terms", "body_terms"):
+        del old["qres-questions-v1"]["mappings"]["properties"][name]
+    c.on("GET", "/qres-questions/_mapping", old)
+    with pytest.raises(BackendError) as err:
+        c.backend()
+    assert str(err.value) == (
+        f"'qres-questions' at {URL} was made by an older qres (index format 1, analysed by "
+        "Elasticsearch rather than as qres's own BM25 terms): rebuild it with "
+        "`qres --backend elasticsearch index --rebuild CORPUS`"
+    )
 
 
 def saved_objects() -> list[dict]:

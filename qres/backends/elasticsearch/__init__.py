@@ -17,11 +17,13 @@ from qres.backends.elasticsearch.config import (
 from qres.backends.elasticsearch.errors import explain, missing_index_message
 from qres.backends.elasticsearch.requests import (
     CONFIG_DIR,
+    COSINE_SCRIPT,
     MAX_RESULT_WINDOW,
     RESCORE_SCRIPT,
     IndexSettings,
+    bm25_query,
     load_es_config,
-    query_words,
+    query_terms,
     search_log_document,
 )
 
@@ -30,7 +32,9 @@ __all__ = [
     "DEFAULT_INDEX",
     "DEFAULT_LOG_INDEX",
     "MAX_RESULT_WINDOW",
+    "COSINE_SCRIPT",
     "RESCORE_SCRIPT",
+    "bm25_query",
     "EsBackend",
     "EsConfig",
     "IndexSettings",
@@ -41,6 +45,6 @@ __all__ = [
     "make_client",
     "mask_userinfo",
     "missing_index_message",
-    "query_words",
+    "query_terms",
     "search_log_document",
 ]

@@ -36,9 +36,11 @@ from qres.backends.elasticsearch.requests import (
     MAX_RESULT_WINDOW,
     RESCORE_SCRIPT,
     IndexSettings,
+    bm25_query,
+    cosine_field,
     load_es_config,
-    query_words,
     search_log_document,
+    terms_fields,
 )
 from qres.corpus import Question
 
@@ -133,6 +135,13 @@ class EsBackend(Backend):
                 "body fields): pick another index name"
             )
         meta = mappings.get("_meta", {})
+        if {"title_terms", "body_terms"} - set(properties):
+            raise BackendError(
+                f"{self.alias!r} at {self.config.safe_url} was made by an older qres (index "
+                f"format {meta.get('format', 1)}, analysed by Elasticsearch rather than as "
+                "qres's own BM25 terms): rebuild it with "
+                "`qres --backend elasticsearch index --rebuild CORPUS`"
+            )
         self._physical = physical
         self._vector_dim = properties.get("vector", {}).get("dims")
         self._title_boost = float(meta.get("title_boost", 2.0))
@@ -248,6 +257,7 @@ class EsBackend(Backend):
                     "id": question.id,
                     "title": question.title,
                     "body": question.body,
+                    **terms_fields(question.title, question.body, self._analyzer),
                     "tags": list(question.tags),
                 }
                 if rows is not None:
@@ -316,23 +326,7 @@ class EsBackend(Backend):
     # -- searching -----------------------------------------------------------------------------
 
     def _bm25(self, text: str, only_ids: Sequence[str] | None = None) -> dict | None:
-        words = query_words(text, self._analyzer)
-        match = None
-        if words:
-            match = {
-                "multi_match": {
-                    "query": " ".join(words),
-                    "type": "most_fields",
-                    "fields": [f"title^{self._title_boost}", "body"],
-                }
-            }
-        if only_ids is None:
-            return match
-        # Restricted to the given ids; those matching no term score 0 (the filter scores 0).
-        query: dict = {"bool": {"filter": [{"ids": {"values": list(only_ids)}}]}}
-        if match is not None:
-            query["bool"]["should"] = [match]
-        return query
+        return bm25_query(text, self._analyzer, self._title_boost, only_ids)
 
     @staticmethod
     def _hits(answer) -> list[Hit]:
@@ -351,6 +345,33 @@ class EsBackend(Backend):
             track_total_hits=False,
         )
         return self._hits(answer)
+
+    @_guarded
+    def search_with_cosine(
+        self, text: str, k: int, query_vector, only_ids: Sequence[str] | None = None
+    ) -> tuple[list[Hit], np.ndarray, np.ndarray]:
+        """One request: the BM25 top-``k`` with each hit's cosine computed inside the cluster
+        (a script field), so no vector leaves it; qres fuses the two scores as it does for
+        the embedded backend."""
+        query = self._bm25(text, only_ids)
+        if query is None or k <= 0 or (only_ids is not None and not only_ids):
+            return [], np.zeros(0, np.float32), np.zeros(0, bool)
+        answer = self._client.search(
+            index=self._target,
+            query=query,
+            size=min(k, MAX_RESULT_WINDOW),
+            source=False,
+            track_total_hits=False,
+            script_fields={"cosine": cosine_field(self._query_vector(query_vector))},
+        )
+        hits = self._hits(answer)
+        cosine = np.zeros(len(hits), np.float32)
+        has_vector = np.zeros(len(hits), bool)
+        for row, hit in enumerate(answer["hits"]["hits"]):
+            values = (hit.get("fields") or {}).get("cosine") or [None]
+            if values[0] is not None:
+                cosine[row], has_vector[row] = values[0], True
+        return hits, cosine, has_vector
 
     def _query_vector(self, query_vector) -> list[float]:
         vector = np.asarray(query_vector, dtype=np.float32).ravel()

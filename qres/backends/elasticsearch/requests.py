@@ -1,26 +1,34 @@
 """What the Elasticsearch backend sends: index settings and mappings from ``es_config/``,
-query words, and search-log documents."""
+the indexed terms of a question, the BM25 query, the cosine script, search-log documents."""
 
 from __future__ import annotations
 
 import copy
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 
 from qres.backends.base import BackendError
-from qres.text import bm25_terms, tokenize
+from qres.text import bm25_terms
 
 # es_config/ of the repository, installed as the package qres.es_config (a wheel has no checkout).
 CONFIG_DIR = resources.files("qres.es_config")
 MAX_RESULT_WINDOW = 10_000  # Elasticsearch's index.max_result_window default
-_MAX_QUERY_WORDS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
+_MAX_QUERY_TERMS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
 # Painless: documents without a vector get 0, below every cosine + 1 (which is in [0, 2]).
 RESCORE_SCRIPT = (
     "doc['vector'].size() == 0 ? 0.0 : cosineSimilarity(params.query_vector, 'vector') + 1.0"
 )
+# Painless (fields API, any script context): a hit's cosine, null when it has no vector.
+COSINE_SCRIPT = (
+    "def v = field('vector').get(); "
+    "return v.isEmpty() ? null : v.cosineSimilarity(params.query_vector);"
+)
+# 2: title and body indexed as the terms qres.text computes (1: analysed by Elasticsearch).
+INDEX_FORMAT = 2
 
 
 def load_es_config(name: str) -> dict:
@@ -85,11 +93,8 @@ class IndexSettings:
             index["auto_expand_replicas"] = "false"
         if server >= (9, 2):  # 9.2 drops vectors from _source by default; vectors() reads them
             index.setdefault("mapping", {})["exclude_source_vectors"] = False
-        analyzer = "qres_english" if self.analyzer == "english" else "qres_plain"
-        for name in ("title", "body"):
-            mappings["properties"][name]["analyzer"] = analyzer
         meta = {
-            "format": 1,
+            "format": INDEX_FORMAT,
             "backend": "elasticsearch",
             "analyzer": self.analyzer,
             "title_boost": self.title_boost,
@@ -101,21 +106,53 @@ class IndexSettings:
         return settings, mappings
 
 
-def query_words(text: str, analyzer: str = "english", limit: int = _MAX_QUERY_WORDS) -> list[str]:
-    """The words of ``text`` worth sending: normalised by :mod:`qres.text`, punctuation and stop
-    words dropped, one word per distinct BM25 term set (a repeated term counts once, as in the
-    embedded backend), at most ``limit``. Elasticsearch analyses them again itself."""
-    language = "english" if analyzer == "english" else None
-    seen: set[tuple[str, ...]] = set()
-    words: list[str] = []
-    for token in tokenize(text):
-        terms = tuple(bm25_terms(token, language))
-        if terms and terms not in seen:
-            seen.add(terms)
-            words.append(token)
-            if len(words) == limit:
-                break
-    return words
+def terms_of(text: str, analyzer: str = "english") -> list[str]:
+    """BM25 terms of ``text`` as :mod:`qres.text` computes them for the embedded backend."""
+    return bm25_terms(text, "english" if analyzer == "english" else None)
+
+
+def terms_fields(title: str, body: str, analyzer: str) -> dict:
+    """The indexed fields of a question: its terms, space-separated (the index's whitespace
+    analyzer splits them back into exactly these terms)."""
+    return {
+        "title_terms": " ".join(terms_of(title, analyzer)),
+        "body_terms": " ".join(terms_of(body, analyzer)),
+    }
+
+
+def query_terms(text: str, analyzer: str = "english", limit: int = _MAX_QUERY_TERMS) -> list[str]:
+    """The distinct BM25 terms of ``text`` in order, at most ``limit`` (a repeated term counts
+    once, as in the embedded backend)."""
+    return list(dict.fromkeys(terms_of(text, analyzer)))[:limit]
+
+
+def bm25_query(
+    text: str, analyzer: str, title_boost: float, only_ids: Sequence[str] | None = None
+) -> dict | None:
+    """The first-stage query: the sum of the title (boosted) and body BM25 scores of the
+    query's terms; None when ``text`` has no terms. ``only_ids`` restricts it to those ids,
+    the ones matching no term scoring 0 (a filter scores 0)."""
+    terms = query_terms(text, analyzer)
+    match = None
+    if terms:
+        match = {
+            "multi_match": {
+                "query": " ".join(terms),
+                "type": "most_fields",
+                "fields": [f"title_terms^{title_boost}", "body_terms"],
+            }
+        }
+    if only_ids is None:
+        return match
+    query: dict = {"bool": {"filter": [{"ids": {"values": list(only_ids)}}]}}
+    if match is not None:
+        query["bool"]["should"] = [match]
+    return query
+
+
+def cosine_field(query_vector: list[float]) -> dict:
+    """A ``script_fields`` entry: each hit's cosine with ``query_vector``, null without a vector."""
+    return {"script": {"source": COSINE_SCRIPT, "params": {"query_vector": query_vector}}}
 
 
 def search_log_document(record: dict, backend: str, index: str) -> dict:
