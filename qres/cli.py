@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import asdict
@@ -30,13 +31,18 @@ from qres.backends.base import Backend, BackendError
 from qres.corpus import FORMATS, CorpusError, ReadStats, read_corpus
 from qres.encoder import EncoderError
 
-console = Console(stderr=True, soft_wrap=True)
-stdout = Console()
+# markup=False: user text (titles, server messages like "action [x] is unauthorized") is
+# printed as it is; rich would take its bracketed parts for markup and drop them.
+console = Console(stderr=True, soft_wrap=True, markup=False)
+stdout = Console(markup=False)
+COMMITTED_IS_KEPT = "everything committed before this point is kept"
 
 
 class Context:
     def __init__(self, index_dir: Path, backend: str | None, as_json: bool):
         self.index_dir, self.backend_name, self.as_json = index_dir, backend, as_json
+        # What an interruption (Ctrl-C, SIGTERM) leaves behind, said when it happens.
+        self.on_interrupt = COMMITTED_IS_KEPT
 
     def open(self, create: bool = False, index_dir: Path | None = None, **settings) -> Backend:
         return open_backend(self.backend_name, index_dir or self.index_dir, create, **settings)
@@ -57,9 +63,18 @@ class QresGroup(click.Group):
         except (BackendError, CorpusError, EncoderError) as err:
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
-        except KeyboardInterrupt:
-            console.print("interrupted: everything committed before this point is kept")
-            sys.exit(130)
+        except KeyboardInterrupt as stop:
+            kept = getattr(ctx.obj, "on_interrupt", COMMITTED_IS_KEPT)
+            console.print(f"interrupted: {kept}")
+            sys.exit(143 if isinstance(stop, Terminated) else 130)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is so that it cleans up as after Ctrl-C."""
+
+
+def _raise_terminated(_signum, _frame):
+    raise Terminated()
 
 
 @click.group(cls=QresGroup)
@@ -165,6 +180,8 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
     from qres.indexing import check_keeps_vectors, index_questions, search_encoder
 
     encoder = search_encoder(model) if model else None
+    if rebuild:
+        obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     target = obj.index_dir
     if rebuild and obj.open_backend_name() == "embedded":
         target = obj.index_dir.with_name(obj.index_dir.name + ".rebuild")
@@ -190,6 +207,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         total = backend.count()
     if target != obj.index_dir:
         _swap_in(target, obj.index_dir)
+    obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
     summary = {
         "corpus": str(corpus),
         "indexed": report.indexed,
@@ -606,10 +624,11 @@ def info(obj: Context):
     details = {
         "qres_home": str(paths.home()),
         "backend": obj.open_backend_name(),
-        "index_dir": str(obj.index_dir),
         "onnxruntime": onnxruntime.__version__,
         "onnx_providers_available": onnxruntime.get_available_providers(),
     }
+    if obj.open_backend_name() == "embedded":  # Elasticsearch: the connection tells where
+        details["index_dir"] = str(obj.index_dir)
     try:
         with obj.open() as backend:
             details["questions"] = backend.count()
@@ -651,4 +670,5 @@ def _register_optional_commands() -> None:
 
 def main() -> None:
     _register_optional_commands()
+    signal.signal(signal.SIGTERM, _raise_terminated)
     cli()

@@ -1,0 +1,122 @@
+"""What the command line says: user text printed as it is, interruptions told truthfully,
+``qres info`` showing only what applies to the backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from qres.backends.base import BackendError
+
+CORPUS = (
+    "id\ttitle\ttext\n".replace("text", "body")
+    + "m1\tgrub [fix] [b]menu[/b]\tThe boot menu is gone.\n"
+    + "m2\tWifi drops\tEvery ten minutes.\n"
+)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "questions.tsv"
+    path.write_text(CORPUS)
+    return path
+
+
+def test_bracketed_text_in_results_and_warnings_is_printed_as_is(run, corpus, monkeypatch):
+    from qres.backends.embedded import EmbeddedBackend
+
+    def refuse(self, record):
+        raise BackendError("action [indices:data/write/index] is unauthorized for user [qres]")
+
+    monkeypatch.setattr(EmbeddedBackend, "log_search", refuse)
+    monkeypatch.setattr(EmbeddedBackend, "keeps_search_log", True)
+    assert run("index", corpus).exit_code == 0
+    result = run("search", "grub menu", "--log-queries")
+    assert result.exit_code == 0, result.output
+    assert "grub [fix] [b]menu[/b]" in result.output
+    assert (
+        "warning: search not logged: action [indices:data/write/index] is unauthorized for "
+        "user [qres]" in result.output
+    )
+
+
+def test_interrupted_rebuild_says_it_was_discarded(run, corpus, monkeypatch):
+    import qres.indexing
+
+    assert run("index", corpus).exit_code == 0
+    original = qres.indexing.index_questions
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(qres.indexing, "index_questions", interrupted)
+    result = run("index", corpus, "--rebuild")
+    assert result.exit_code == 130
+    assert "interrupted: the rebuild was discarded; the index is as it was before this run" in (
+        result.output
+    )
+    assert "everything committed" not in result.output
+    monkeypatch.setattr(qres.indexing, "index_questions", original)
+    assert json.loads(run("--json", "info").output)["questions"] == 2  # the old index, intact
+
+
+def test_interrupted_indexing_says_committed_work_is_kept(run, corpus, monkeypatch):
+    import qres.indexing
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(qres.indexing, "index_questions", interrupted)
+    result = run("index", corpus)
+    assert result.exit_code == 130
+    assert "interrupted: everything committed before this point is kept" in result.output
+
+
+def test_sigterm_during_rebuild_cleans_up_like_ctrl_c(tmp_path, corpus, monkeypatch, capsys):
+    import qres.indexing
+    from qres.cli import main
+
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("QRES_BACKEND", raising=False)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def unhandled(_signum, _frame):  # instead of killing pytest, should qres not handle it
+        raise AssertionError("qres installed no SIGTERM handler")
+
+    signal.signal(signal.SIGTERM, unhandled)
+    try:
+        monkeypatch.setattr("sys.argv", ["qres", "index", str(corpus)])
+        with pytest.raises(SystemExit) as done:
+            main()
+        assert done.value.code in (0, None)
+
+        def terminated(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts this
+            raise AssertionError("SIGTERM did not stop the run")
+
+        monkeypatch.setattr(qres.indexing, "index_questions", terminated)
+        monkeypatch.setattr("sys.argv", ["qres", "index", str(corpus), "--rebuild"])
+        with pytest.raises(SystemExit) as done:
+            main()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert done.value.code == 143
+    assert "interrupted: the rebuild was discarded" in capsys.readouterr().err
+    index_dir = tmp_path / "home" / "index"
+    assert index_dir.is_dir()
+
+
+def test_info_shows_index_dir_only_for_the_embedded_backend(run, monkeypatch):
+    embedded = json.loads(run("--json", "info").output)
+    assert "index_dir" in embedded
+    monkeypatch.setenv("QRES_ES_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("QRES_ES_TIMEOUT", "2")
+    es = json.loads(run("--backend", "elasticsearch", "--json", "info").output)
+    assert es["backend"] == "elasticsearch"
+    assert "index_dir" not in es
+    assert "cannot reach Elasticsearch at http://127.0.0.1:9" in es["index"]
