@@ -228,6 +228,70 @@ def test_other_refusals_carry_the_servers_reason():
     backend.close()
 
 
+def test_all_shards_failed_names_the_root_cause():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
+    backend = cluster.backend()
+    script_error = {
+        "type": "script_exception",
+        "reason": "runtime error",
+        "script_stack": ["v.cosineSimilarity(params.query_vector)"],
+        "lang": "painless",
+    }
+    body = {
+        "error": {
+            "root_cause": [script_error],
+            "type": "search_phase_execution_exception",
+            "reason": "all shards failed",
+            "phase": "query",
+            "failed_shards": [
+                {
+                    "shard": 0,
+                    "index": "qres-questions-v1",
+                    "reason": {
+                        **script_error,
+                        "caused_by": {
+                            "type": "illegal_argument_exception",
+                            "reason": "dimensions differ: 3 != 4",
+                        },
+                    },
+                }
+            ],
+        },
+        "status": 400,
+    }
+    cluster.on("POST", "/qres-questions/_search", body, status=400)
+    with pytest.raises(BackendError) as caught:
+        backend.search("usb", 5)
+    assert one_sentence(caught.value) == (
+        f"Elasticsearch at {URL} refused the request on qres-questions (HTTP 400, "
+        "search_phase_execution_exception: all shards failed; root cause script_exception: "
+        "runtime error (dimensions differ: 3 != 4)): fix what it names and retry"
+    )
+    backend.close()
+
+
+def test_a_refused_search_log_write_names_the_log_index():
+    cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
+    cluster.on("HEAD", "/qres-search-log", None)
+    denied = es_error(
+        403,
+        "security_exception",
+        "action [indices:data/write/index] is unauthorized for user [reader] on indices "
+        "[qres-search-log]",
+    )
+    cluster.on("POST", "/qres-search-log/_doc", denied, status=403)
+    backend = cluster.backend()
+    with pytest.raises(BackendError) as caught:
+        backend.log_search({"query": "usb"})
+    message = one_sentence(caught.value)
+    assert message.startswith(
+        f"the Elasticsearch user may not do this on qres-search-log at {URL} "
+    )
+    assert message.endswith("grant it the privileges on qres-search-log* or use another user")
+    assert "qres-questions" not in message
+    backend.close()
+
+
 # -- settings ----------------------------------------------------------------------------------
 
 
@@ -298,6 +362,10 @@ def test_secrets_stay_out_of_repr_describe_and_config():
     cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping(dims=4))
     cluster.on("GET", "/", {"cluster_name": "qres", "version": {"number": "8.19.3"}})
     cluster.on("POST", "/qres-questions/_count", {"count": 5})
+    versions = {"indices": [{"name": "qres-questions-v1", "aliases": ["qres-questions"]}]}
+    cluster.on("GET", "/_resolve/index/qres-questions-v\\*", versions)
+    alias = {"aliases": [{"name": "qres-questions", "indices": ["qres-questions-v1"]}]}
+    cluster.on("GET", "/_resolve/index/qres-questions", alias)
     config = EsConfig(url=f"http://u:{PASSWORD}@es.test:9200", user="elastic", password=PASSWORD)
     backend = cluster.backend(config)
     described = backend.describe()

@@ -839,6 +839,40 @@ def rebuild_cluster(cluster):
     return cluster
 
 
+def test_a_rebuild_deletes_what_interrupted_rebuilds_left_and_info_reports_it(rebuild_cluster):
+    c = rebuild_cluster
+    versions = {
+        "indices": [
+            {"name": "qres-questions-v1", "aliases": ["qres-questions"]},
+            {"name": "qres-questions-v2"},  # a killed rebuild's, behind no alias
+            {"name": "qres-questions-v3"},
+            {"name": "qres-questions-verbatim"},  # not a version: never touched
+        ]
+    }
+    c.on("GET", "/_resolve/index/qres-questions-v\\*", versions)
+    c.on("POST", "/qres-questions/_count", {"count": 3})
+    assert c.backend().describe()["orphaned_indices"] == ["qres-questions-v2", "qres-questions-v3"]
+    c.on("PUT", "/qres-questions-v4", {"acknowledged": True})
+    c.on("DELETE", "/qres-questions-v2,qres-questions-v3", {"acknowledged": True})
+    backend = c.backend(rebuild=True)
+    deletes = [r.path for r in c.sent("DELETE", ".*")]
+    assert deletes == ["/qres-questions-v2,qres-questions-v3"]
+    order = [(r.method, r.path) for r in c.requests]
+    assert order.index(("DELETE", deletes[0])) < order.index(("PUT", "/qres-questions-v4"))
+    backend.abort_rebuild = lambda: None  # the fake has no v4 delete route; not under test
+    backend.close()
+
+
+def test_sigterm_during_a_rebuild_deletes_the_new_index(rebuild_cluster):
+    from qres.cli import Terminated
+
+    c = rebuild_cluster
+    with pytest.raises(Terminated), c.backend(rebuild=True):
+        raise Terminated()  # what the CLI's SIGTERM handler raises
+    assert [r.path for r in c.sent("DELETE", ".*")] == ["/qres-questions-v2"]
+    assert c.sent("POST", "/_aliases") == []
+
+
 def test_rebuild_fills_a_new_index_and_swaps_the_alias_atomically(rebuild_cluster):
     c = rebuild_cluster
     with c.backend(rebuild=True, vector_dims=4) as backend:

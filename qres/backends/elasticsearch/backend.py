@@ -31,7 +31,13 @@ from elasticsearch import NotFoundError, helpers
 
 from qres.backends.base import Backend, BackendError, Hit
 from qres.backends.elasticsearch.config import EsConfig, load_config, make_client
-from qres.backends.elasticsearch.errors import _describe_error, _error_type, _guarded, _short
+from qres.backends.elasticsearch.errors import (
+    _describe_error,
+    _error_type,
+    _guarded,
+    _short,
+    guarded_on,
+)
 from qres.backends.elasticsearch.requests import (
     MAX_RESULT_WINDOW,
     RESCORE_SCRIPT,
@@ -179,6 +185,20 @@ class EsBackend(Backend):
         ]
         return f"{self.alias}-v{max(versions, default=0) + 1}"
 
+    def _orphans(self) -> list[str]:
+        """Versions of this index (``<alias>-v<N>``) neither behind the alias nor being built
+        by this backend: what an interrupted rebuild left (a killed process cleans nothing)."""
+        answer = self._client.indices.resolve_index(name=f"{self.alias}-v*", expand_wildcards="all")
+        pattern = re.compile(re.escape(self.alias) + r"-v\d+")
+        live, _ = self._behind_alias()
+        return sorted(
+            entry["name"]
+            for entry in answer.get("indices", [])
+            if pattern.fullmatch(entry["name"])
+            and entry["name"] not in live
+            and entry["name"] != self._rebuilding
+        )
+
     def _behind_alias(self) -> tuple[list[str], bool]:
         """(physical indices the alias names, whether ``alias`` is itself a concrete index)."""
         try:
@@ -199,6 +219,14 @@ class EsBackend(Backend):
         write of this backend there; returns its name."""
         if self._rebuilding:
             raise BackendError(f"a rebuild of {self.alias!r} is already under way")
+        orphans = self._orphans()
+        if orphans:  # one rebuild at a time: another unfinished one was interrupted
+            log.warning(
+                "deleting %s, left behind by an interrupted rebuild of %s",
+                ", ".join(orphans),
+                self.alias,
+            )
+            self._client.indices.delete(index=orphans, ignore_unavailable=True)
         physical = self._next_physical_name()
         self._create(physical, with_alias=False)
         self._rebuilding = self._target = physical
@@ -523,7 +551,7 @@ class EsBackend(Backend):
 
     keeps_search_log = True
 
-    @_guarded
+    @guarded_on("log_index")
     def log_search(self, record: dict) -> None:
         """Write one search ``record`` (see :func:`search_log_document`) to the search log
         index, creating it from es_config/search-log-template.json if missing."""
@@ -558,6 +586,7 @@ class EsBackend(Backend):
             "index": self.alias,
             "physical_index": self._physical,
             "rebuilding": self._rebuilding,
+            "orphaned_indices": self._orphans(),  # deleted by the next --rebuild
             "documents": self.count(),
             "analyzer": self._analyzer,
             "title_boost": self._title_boost,

@@ -26,11 +26,25 @@ def _error_type(err: TransportApiError) -> str:
 
 
 def _describe_error(error: dict) -> str:
-    """``type: reason (cause)`` of an Elasticsearch error object."""
+    """``type: reason (cause)`` of an Elasticsearch error object, then its first root cause
+    when that is another error: "all shards failed" alone hides e.g. the script error behind
+    it (whose own cause the first failed shard tells)."""
     reason = f"{error.get('type', 'error')}: {error.get('reason', '')}"
     caused = error.get("caused_by")
     if isinstance(caused, dict) and caused.get("reason"):
         reason += f" ({caused['reason']})"
+    roots = error.get("root_cause")
+    root = roots[0] if isinstance(roots, list) and roots and isinstance(roots[0], dict) else {}
+    if root.get("reason") and (root.get("type"), root["reason"]) != (
+        error.get("type"),
+        error.get("reason"),
+    ):
+        reason += f"; root cause {root.get('type', 'error')}: {root['reason']}"
+        shards = error.get("failed_shards")
+        shard = shards[0] if isinstance(shards, list) and shards else {}
+        cause = (shard.get("reason") or {}).get("caused_by") if isinstance(shard, dict) else None
+        if isinstance(cause, dict) and cause.get("reason"):
+            reason += f" ({cause['reason']})"
     return reason
 
 
@@ -38,7 +52,7 @@ def _error_reason(err: TransportApiError) -> str:
     body = err.body if isinstance(err.body, dict) else {}
     error = body.get("error")
     if isinstance(error, dict):
-        return _short(_describe_error(error))
+        return _short(_describe_error(error), 400)
     return _short(str(error or err.message))
 
 
@@ -116,14 +130,22 @@ def missing_index_message(index: str, where: str) -> str:
     )
 
 
-def _guarded(method):
-    """Turn Elasticsearch client errors raised by ``method`` into one-sentence BackendErrors."""
+def guarded_on(index_attribute: str):
+    """Turn Elasticsearch client errors raised by a method into one-sentence BackendErrors
+    naming the index the method works on (the attribute ``index_attribute`` of the backend)."""
 
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except (TransportApiError, TransportError) as err:
-            raise BackendError(explain(err, self.config, self.alias)) from None
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except (TransportApiError, TransportError) as err:
+                index = getattr(self, index_attribute)
+                raise BackendError(explain(err, self.config, index)) from None
 
-    return wrapper
+        return wrapper
+
+    return decorate
+
+
+_guarded = guarded_on("alias")
