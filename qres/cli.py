@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -336,17 +337,9 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
 
 
 def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
-    record = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "query": text,
-        "mode": mode,
-        "k": k,
-        "latency_ms": round(latency_ms, 3),
-        "top_ids": [r.id for r in results],
-        "top_scores": [r.score for r in results],
-        "result_count": len(results),
-        "backend": backend.name,
-    }
+    from qres.search import search_log_record
+
+    record = search_log_record(text, mode, k, latency_ms, results, backend)
     try:
         backend.log_search(record)
     except BackendError as err:  # analytics must never fail the search itself
@@ -655,6 +648,108 @@ def info(obj: Context):
     for key, value in details.items():
         table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
     stdout.print(table)
+
+
+# -- serve --------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, help="TCP port.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    help="Worker processes, each with its own copy of the model. With the embedded backend "
+    "only a single worker takes writes.",
+)
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory [default: the one the index was built with].",
+)
+@click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
+@click.option("--max-k", default=100, show_default=True, help="Largest k a search may ask for.")
+@click.option(
+    "--max-body-bytes",
+    default=4 * 1024 * 1024,
+    show_default=True,
+    help="Largest request body; bigger ones get 413.",
+)
+@click.option(
+    "--max-batch", default=1000, show_default=True, help="Questions per write request/commit."
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    help="A web origin allowed to call /search from a browser (repeatable), e.g. "
+    "https://forum.example.org [default: $QRES_CORS_ORIGINS, comma-separated, or none].",
+)
+@click.option(
+    "--log-queries",
+    is_flag=True,
+    help="Elasticsearch: record every search in qres-search-log for the Kibana dashboard.",
+)
+@click.pass_obj
+def serve(
+    obj: Context,
+    host,
+    port,
+    workers,
+    model,
+    candidates,
+    max_k,
+    max_body_bytes,
+    max_batch,
+    cors_origins,
+    log_queries,
+):
+    """Serve search, writes and the similar-questions widget over HTTP.
+
+    Searches: GET /search?q=...&k=10, POST /search {"title", "body"}. Writes:
+    PUT /questions/ID, POST /questions (JSON lines), DELETE /questions/ID; a write
+    is answered once it is committed, so it is durable and searchable (concurrent
+    writes share one commit). Set QRES_API_KEY to require the key on writes.
+    Also /healthz, /readyz, /metrics, /docs, the demo page at / and /widget.js.
+
+    \b
+    Example:
+      qres index qres/data/demo/questions.tsv --model qres/models/default
+      qres serve --port 8000        # then open http://127.0.0.1:8000/
+    """
+    import logging
+
+    import uvicorn
+
+    from qres.service import CONFIG_ENV, Service, ServiceConfig, create_app
+
+    if not cors_origins and os.environ.get("QRES_CORS_ORIGINS"):
+        cors_origins = [o.strip() for o in os.environ["QRES_CORS_ORIGINS"].split(",") if o.strip()]
+    config = ServiceConfig(
+        index_dir=str(obj.index_dir),
+        backend=obj.backend_name,
+        model=str(model) if model else None,
+        candidates=candidates,
+        max_k=max_k,
+        max_body_bytes=max_body_bytes,
+        max_batch=max_batch,
+        log_queries=log_queries,
+        cors_origins=list(cors_origins),
+        workers=workers,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
+    service = Service(config)  # fails here, in one line, on a missing index or model
+    if workers == 1:
+        uvicorn.run(create_app(config, service), host=host, port=port)
+        return
+    service.close()
+    with tempfile.TemporaryDirectory(prefix="qres-metrics-") as metrics_dir:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # /metrics adds up the workers
+        os.environ[CONFIG_ENV] = config.to_env()
+        uvicorn.run(
+            "qres.service:app_from_env", factory=True, host=host, port=port, workers=workers
+        )
 
 
 def _register_optional_commands() -> None:

@@ -15,6 +15,7 @@ was indexed with) and that model's fusion weights.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,3 +182,20 @@ class SearchPipeline:
             )
             for i in order[:k]
         ]
+
+
+def search_log_record(
+    text: str, mode: str, k: int, latency_ms: float, results: Sequence[Result], backend: Backend
+) -> dict:
+    """One search as the search log (``--log-queries``, Kibana's dashboard) records it."""
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "query": text,
+        "mode": mode,
+        "k": k,
+        "latency_ms": round(latency_ms, 3),
+        "top_ids": [r.id for r in results],
+        "top_scores": [r.score for r in results],
+        "result_count": len(results),
+        "backend": backend.name,
+    }

@@ -1,0 +1,315 @@
+"""`qres serve` over HTTP: a real server process on a loopback port, a real HTTP client."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.serving import Server, build_demo_index
+
+
+@pytest.fixture(scope="module")
+def demo_index(tmp_path_factory):
+    return build_demo_index(tmp_path_factory.mktemp("serve") / "index")
+
+
+@pytest.fixture(scope="module")
+def server(demo_index, tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve-log") / "server.log"
+    with Server(demo_index, log=log) as running:
+        yield running
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        yield http
+
+
+def search_ids(client, text, **params) -> list[str]:
+    answer = client.get("/search", params={"q": text, "k": 10, **params})
+    assert answer.status_code == 200, answer.text
+    return [hit["id"] for hit in answer.json()["results"]]
+
+
+# -- searching ---------------------------------------------------------------------------------
+
+
+def test_search_finds_the_duplicate_with_titles_and_latency(client):
+    answer = client.get("/search", params={"q": "boot ubuntu from usb", "k": 3})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["mode"] == "hybrid" and body["k"] == 3 and body["latency_ms"] > 0
+    assert [h["rank"] for h in body["results"]] == [1, 2, 3]
+    top = body["results"][0]
+    assert top["id"] == "d128" and top["title"] == "How do I boot Ubuntu from a USB stick?"
+    assert set(top) == {"rank", "id", "title", "score"}  # per-signal scores only on request
+
+
+def test_explain_gives_each_signal_and_modes_differ(client):
+    hits = client.get(
+        "/search", params={"q": "boot ubuntu from usb", "explain": "true", "mode": "hybrid"}
+    ).json()["results"]
+    assert all(isinstance(h["bm25"], float) and isinstance(h["cosine"], float) for h in hits)
+    bm25 = client.get("/search", params={"q": "boot ubuntu from usb", "mode": "bm25"}).json()
+    assert bm25["mode"] == "bm25"
+    scores = [h["score"] for h in bm25["results"]]
+    assert scores == sorted(scores, reverse=True) and scores[0] == max(h["bm25"] for h in hits)
+
+
+def test_post_search_takes_title_and_body(client):
+    answer = client.post(
+        "/search",
+        json={"title": "start the installer from a stick", "body": "usb boot iso", "k": 5},
+    )
+    assert answer.status_code == 200, answer.text
+    assert "d128" in [h["id"] for h in answer.json()["results"]]
+
+
+def test_a_query_without_searchable_words_has_no_results(client):
+    answer = client.get("/search", params={"q": "the of and"})
+    assert answer.status_code == 200 and answer.json()["results"] == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "says"),
+    [
+        ("GET", "/search", {"params": {"q": "  "}}, 400, "empty"),
+        ("GET", "/search", {"params": {}}, 400, "q is required"),
+        ("GET", "/search", {"params": {"q": "x" * 2001}}, 400, "longer than 2000"),
+        ("GET", "/search", {"params": {"q": "usb", "k": 0}}, 400, "k:"),
+        ("GET", "/search", {"params": {"q": "usb", "k": 101}}, 400, "k:"),
+        ("GET", "/search", {"params": {"q": "usb", "k": "ten"}}, 400, "k:"),
+        ("GET", "/search", {"params": {"q": "usb", "mode": "magic"}}, 400, "mode:"),
+        ("POST", "/search", {"content": b'{"title": "usb",'}, 400, "not valid JSON"),
+        ("POST", "/search", {"json": [1, 2]}, 400, "JSON object"),
+        ("POST", "/search", {"json": {"title": "usb", "k": 500}}, 400, "at most 100"),
+        ("POST", "/search", {"json": {"title": "usb", "colour": 1}}, 400, "colour"),
+        ("GET", "/questions/nope", {}, 404, "no question with id 'nope'"),
+        ("DELETE", "/questions/nope", {}, 404, "no question with id 'nope'"),
+        ("PUT", "/questions/q1", {"json": {"body": "no title"}}, 400, "title is required"),
+        ("PUT", "/questions/q1", {"json": {"title": " ", "body": ""}}, 400, "empty title"),
+        (
+            "POST",
+            "/questions",
+            {"content": b'{"id": "a", "title": "t"}\n{"id": "b"}\n'},
+            400,
+            "line 2: title is required",
+        ),
+        (
+            "POST",
+            "/questions",
+            {"content": b'{"id": "a", "title": "t"}\nnot json\n'},
+            400,
+            "line 2: the line is not valid JSON",
+        ),
+        ("POST", "/questions", {"content": b"\n\n"}, 400, "no questions"),
+        ("POST", "/questions", {"content": b"x" * (4 * 1024 * 1024 + 1)}, 413, "larger than"),
+        ("GET", "/nowhere", {}, 404, "no such endpoint"),
+        ("PATCH", "/search", {}, 405, "not allowed"),
+    ],
+)
+def test_bad_requests_get_a_one_sentence_json_error(client, method, path, kwargs, status, says):
+    answer = client.request(method, path, **kwargs)
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"].startswith("application/json")
+    error = answer.json()["error"]
+    assert says in error and error.endswith(".") and "\n" not in error
+    assert "Traceback" not in answer.text
+
+
+def test_a_streamed_body_over_the_cap_is_refused_too(client):
+    def chunks():
+        for _ in range(5):
+            yield b"x" * (1024 * 1024)
+
+    answer = client.post("/questions", content=chunks())  # chunked: no Content-Length
+    assert answer.status_code == 413 and "larger than" in answer.json()["error"]
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def test_put_is_searchable_when_acknowledged_then_delete_removes_it(client):
+    question = {"title": "quokka screensaver freezes gnome", "body": "the quokka one", "tags": []}
+    answer = client.put("/questions/w1", json=question)
+    assert answer.status_code == 200 and answer.json() == {"id": "w1", "committed": True}
+    assert search_ids(client, "quokka screensaver")[0] == "w1"
+    assert client.get("/questions/w1").json()["title"] == question["title"]
+    # replacing keeps one copy, with the new text
+    client.put("/questions/w1", json={"title": "quokka wallpaper", "body": ""})
+    assert search_ids(client, "quokka").count("w1") == 1
+    assert search_ids(client, "screensaver freezes", mode="bm25").count("w1") == 0
+    answer = client.delete("/questions/w1")
+    assert answer.status_code == 200 and answer.json()["deleted"] is True
+    assert "w1" not in search_ids(client, "quokka wallpaper")
+    assert client.get("/questions/w1").status_code == 404
+
+
+def test_batch_of_json_lines(client):
+    lines = b"\n".join(
+        [
+            b'{"id": "b1", "title": "axolotl driver crashes on resume", "tags": ["suspend"]}',
+            b'{"id": "b2", "title": "axolotl printer offline", "body": "cups says offline"}',
+            b"",
+        ]
+    )
+    answer = client.post("/questions", content=lines)
+    assert answer.status_code == 200 and answer.json()["upserted"] == 2
+    assert set(search_ids(client, "axolotl")[:2]) == {"b1", "b2"}
+    assert client.get("/questions/b1").json()["tags"] == ["suspend"]
+
+
+def test_health_readiness_and_metrics(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["questions"] >= 330 and ready["writes"] is True
+    client.get("/search", params={"q": "wifi driver", "mode": "dense"})
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.text
+    assert 'qres_search_seconds_bucket{le="0.05",mode="dense"}' in text
+    assert 'qres_http_requests_total{method="GET",route="/search",status="200"}' in text
+    count = client.get("/readyz").json()["questions"]
+    assert f"qres_index_questions {float(count)}" in text
+
+
+def test_openapi_docs(client):
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/search", "/questions", "/questions/{qid}", "/readyz"} <= set(paths)
+
+
+def test_demo_page_and_widget_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and 'src="/widget.js"' in page.text
+    widget = client.get("/widget.js")
+    assert widget.headers["content-type"].startswith("text/javascript")
+    assert "AbortController" in widget.text
+
+
+def test_eight_searchers_and_a_writer_make_no_errors(server):
+    """8 clients search while one writes for a bounded time; every acknowledged write is
+    searchable afterwards."""
+    errors, searches, acknowledged = [], [0], []
+    stop = time.monotonic() + 4
+
+    def searcher(n):
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            queries = ["boot ubuntu from usb", "wifi driver missing", "hdmi sound", "grub"]
+            while time.monotonic() < stop:
+                answer = http.get("/search", params={"q": queries[n % 4], "k": 10})
+                if answer.status_code != 200 or not answer.json()["results"]:
+                    errors.append(answer.text)
+                searches[0] += 1
+
+    def writer():
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            i = 0
+            while time.monotonic() < stop:
+                qid = f"c{i}"
+                answer = http.put(f"/questions/{qid}", json={"title": f"concurrency{i} marker"})
+                if answer.status_code == 200:
+                    acknowledged.append(qid)
+                    # acknowledged means committed: searchable at once
+                    found = search_ids(http, f"concurrency{i}", mode="bm25")[:1]
+                    if found != [qid]:
+                        errors.append(f"{qid} not found right after its acknowledgement")
+                else:
+                    errors.append(answer.text)
+                i += 1
+
+    threads = [threading.Thread(target=searcher, args=(n,)) for n in range(8)]
+    threads.append(threading.Thread(target=writer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    assert searches[0] >= 8 and len(acknowledged) >= 1
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        for qid in acknowledged:
+            i = qid[1:]
+            hits = http.get("/search", params={"q": f"concurrency{i}", "mode": "bm25"}).json()
+            assert hits["results"][0]["id"] == qid
+
+
+# -- durability, auth, CORS, workers: their own servers ----------------------------------------
+
+
+def test_an_acknowledged_write_survives_kill_9(tmp_path):
+    index = build_demo_index(tmp_path / "index")
+    server = Server(index, log=tmp_path / "server.log").start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            answer = http.put("/questions/k9", json={"title": "narwhal kernel panic on boot"})
+            assert answer.status_code == 200
+            server.kill()  # right after the acknowledgement: no shutdown, no flush
+        server.start()
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            assert search_ids(http, "narwhal kernel panic")[0] == "k9"
+            assert http.get("/readyz").json()["questions"] == 331
+    finally:
+        server.stop()
+
+
+def test_api_key_guards_writes_and_is_never_logged(tmp_path):
+    index = build_demo_index(tmp_path / "index")
+    key = "s3cret-key-for-the-test"
+    log = tmp_path / "server.log"
+    with Server(index, env={"QRES_API_KEY": key}, log=log) as server:
+        http = httpx.Client(base_url=server.url, timeout=30)
+        put = {"json": {"title": "okapi audio crackles"}}
+        missing = http.put("/questions/a1", **put)
+        assert missing.status_code == 401 and "API key" in missing.json()["error"]
+        wrong = http.put("/questions/a1", headers={"X-API-Key": "nope"}, **put)
+        assert wrong.status_code == 401
+        assert http.delete("/questions/d128").status_code == 401
+        assert http.post("/questions", content=b'{"id": "x", "title": "y"}').status_code == 401
+        assert http.put("/questions/a1", headers={"X-API-Key": key}, **put).status_code == 200
+        bearer = {"Authorization": f"Bearer {key}"}
+        assert http.put("/questions/a2", headers=bearer, **put).status_code == 200
+        assert http.get("/search", params={"q": "okapi"}).status_code == 200  # reads are open
+    assert key not in log.read_text()
+
+
+def test_cors_allows_only_the_configured_origin(tmp_path):
+    index = build_demo_index(tmp_path / "index")
+    origin = "https://forum.example.org"
+    with Server(index, "--cors-origin", origin, log=tmp_path / "server.log") as server:
+        preflight = {"Access-Control-Request-Method": "GET"}
+        allowed = httpx.options(
+            f"{server.url}/search", headers={"Origin": origin, **preflight}, timeout=30
+        )
+        assert allowed.headers.get("access-control-allow-origin") == origin
+        other = httpx.get(
+            f"{server.url}/search",
+            params={"q": "usb"},
+            headers={"Origin": "https://evil.example"},
+            timeout=30,
+        )
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_several_workers_search_and_refuse_writes_on_an_embedded_index(tmp_path):
+    index = build_demo_index(tmp_path / "index")
+    with Server(index, "--workers", "2", log=tmp_path / "server.log") as server:
+        http = httpx.Client(base_url=server.url, timeout=30)
+        for _ in range(6):
+            assert search_ids(http, "boot ubuntu from usb")[0] == "d128"
+        refused = http.put("/questions/z", json={"title": "t"})
+        assert refused.status_code == 503 and "--workers 1" in refused.json()["error"]
+        metrics = http.get("/metrics").text  # summed over the workers
+        assert 'qres_search_seconds_count{mode="hybrid"} 6.0' in metrics
+
+
+def test_serve_on_a_missing_index_is_one_line(run, tmp_path):
+    result = run("--index-dir", tmp_path / "none", "serve")
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("error: no qres index at")
+    assert len(result.output.strip().splitlines()) == 1
