@@ -313,3 +313,18 @@ def test_serve_on_a_missing_index_is_one_line(run, tmp_path):
     assert result.exit_code == 1
     assert result.output.strip().startswith("error: no qres index at")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_compose_runs_the_service_next_to_elasticsearch():
+    import yaml
+
+    from tests.serving import ROOT
+
+    qres = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["qres"]
+    assert qres["build"] == "." and (ROOT / "Dockerfile").is_file()
+    assert qres["depends_on"]["elasticsearch"]["condition"] == "service_healthy"
+    assert qres["environment"]["QRES_BACKEND"] == "elasticsearch"
+    assert qres["ports"] == ["127.0.0.1:${QRES_PORT:-8000}:8000"]
+    script = qres["command"][-1]
+    assert "exec qres serve --host 0.0.0.0 --port 8000" in script and "--log-queries" in script
+    assert "/readyz" in qres["healthcheck"]["test"][-1]

@@ -1170,14 +1170,14 @@ def test_compose_file_validates_with_the_documented_env():
         text=True,
         timeout=60,
     )
-    assert set(services.stdout.split()) == {"elasticsearch", "kibana", "setup"}
+    assert set(services.stdout.split()) == {"elasticsearch", "kibana", "setup", "qres"}
 
 
 def test_compose_structure():
     yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read docker-compose.yml")
     compose = yaml.safe_load(COMPOSE.read_text())
     services = compose["services"]
-    assert set(services) == {"elasticsearch", "kibana", "setup"}
+    assert set(services) == {"elasticsearch", "kibana", "setup", "qres"}
     for name in ("elasticsearch", "kibana"):
         assert services[name]["healthcheck"]["test"][0] == "CMD-SHELL"
         assert all(p.startswith("127.0.0.1:") for p in services[name]["ports"])

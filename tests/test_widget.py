@@ -1,0 +1,159 @@
+"""The similar-questions widget in headless Chromium (Debian's chromium and chromium-driver,
+installed by .ci/run), against a real `qres serve`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.serving import ROOT, Server, build_demo_index
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+# The README's picture; rewritten only on request (QRES_UPDATE_SCREENSHOT=1 pytest ...).
+README_SCREENSHOT = ROOT / "docs" / "widget.png"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail(
+            "the widget test needs the system browser: apt-get install chromium chromium-driver"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)  # never selenium-manager, never a download
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=900,620")
+    driver = webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    index = build_demo_index(tmp_path_factory.mktemp("widget") / "index")
+    log = tmp_path_factory.mktemp("widget-log") / "server.log"
+    running = Server(index, log=log).start()
+    yield running
+    running.stop()
+
+
+def wait_for(browser, condition, timeout=20):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout, poll_frequency=0.1).until(lambda _: condition())
+
+
+def widget_state(browser) -> str:
+    return browser.find_element("css selector", ".qres-similar").get_attribute("data-state")
+
+
+def options(browser):
+    return browser.find_elements("css selector", ".qres-similar [role=option]")
+
+
+def test_typing_a_title_lists_the_duplicate_and_keys_move_through_it(browser, server, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/")
+    title = browser.find_element("id", "title")
+    assert title.get_attribute("role") == "combobox"
+    assert title.get_attribute("aria-expanded") == "false"
+    title.send_keys("how do i boot from a usb stick")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    shown = options(browser)
+    assert "How do I boot Ubuntu from a USB stick?" in [o.text for o in shown]
+    assert title.get_attribute("aria-expanded") == "true"
+    listbox = browser.find_element("id", title.get_attribute("aria-controls"))
+    assert listbox.get_attribute("role") == "listbox"
+    status = browser.find_element("css selector", ".qres-similar [role=status]")
+    assert "similar question" in status.text
+
+    title.send_keys(Keys.ARROW_DOWN)
+    title.send_keys(Keys.ARROW_DOWN)
+    second = options(browser)[1]
+    assert second.get_attribute("aria-selected") == "true"
+    assert title.get_attribute("aria-activedescendant") == second.get_attribute("id")
+    title.send_keys(Keys.ARROW_UP)
+    assert options(browser)[0].get_attribute("aria-selected") == "true"
+
+    screenshot = tmp_path / "widget.png"
+    browser.save_screenshot(str(screenshot))
+    assert screenshot.stat().st_size < 200_000
+    if os.environ.get("QRES_UPDATE_SCREENSHOT"):
+        README_SCREENSHOT.parent.mkdir(exist_ok=True)
+        README_SCREENSHOT.write_bytes(screenshot.read_bytes())
+
+    title.send_keys(Keys.ENTER)  # follows the first question's link
+    wait_for(browser, lambda: "/questions/" in browser.current_url)
+    assert "boot" in browser.page_source.lower()
+
+
+def test_only_the_latest_text_is_shown_and_no_match_is_said_quietly(browser, server):
+    browser.get(server.url + "/")
+    title = browser.find_element("id", "title")
+    title.send_keys("wifi")
+    title.send_keys(" driver missing broadcom")  # the earlier search is debounced or aborted
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    assert any("roadcom" in o.text or "wifi" in o.text.lower() for o in options(browser))
+    title.clear()
+    title.send_keys("zzqx vvqk")  # words no question has
+    wait_for(browser, lambda: widget_state(browser) == "empty")
+    assert options(browser) == []
+    assert "No similar questions" in browser.find_element("css selector", ".qres-status").text
+    title.clear()
+    title.send_keys("x")  # too short: the panel goes away
+    title.send_keys("\b")
+    wait_for(browser, lambda: widget_state(browser) == "idle")
+
+
+SLOW_FETCH = """
+window.requested = []; window.aborted = 0;
+const realFetch = window.fetch;
+window.fetch = (url, options) => new Promise((resolve, reject) => {
+  window.requested.push(String(url));
+  options.signal.addEventListener("abort", () => {
+    window.aborted += 1;
+    reject(new DOMException("aborted", "AbortError"));
+  });
+  setTimeout(() => realFetch(url, options).then(resolve, reject), 1500);
+});
+"""
+
+
+def test_a_newer_text_cancels_the_search_in_flight(browser, server):
+    import time
+
+    browser.get(server.url + "/")
+    browser.execute_script(SLOW_FETCH)  # every answer takes 1.5 s: the first is still pending
+    title = browser.find_element("id", "title")
+    title.send_keys("wifi driver")
+    wait_for(browser, lambda: browser.execute_script("return window.requested.length") == 1)
+    time.sleep(0.1)
+    title.send_keys(" broadcom")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    requested = browser.execute_script("return window.requested")
+    assert len(requested) == 2 and "broadcom" in requested[1]
+    assert browser.execute_script("return window.aborted") == 1
+    assert browser.find_element("css selector", ".qres-similar").get_attribute("aria-busy") is None
+
+
+def test_a_service_that_is_down_shows_a_clear_error(browser, server, tmp_path):
+    browser.get(server.url + "/")
+    server.stop()
+    try:
+        title = browser.find_element("id", "title")
+        title.send_keys("sound over hdmi does not work")
+        wait_for(browser, lambda: widget_state(browser) == "error")
+        status = browser.find_element("css selector", ".qres-similar [role=status]")
+        assert "unavailable" in status.text and "not answering" in status.text
+        assert options(browser) == []
+        browser.save_screenshot(str(tmp_path / "down.png"))  # kept for a failing run's eyes
+    finally:
+        server.start()
