@@ -328,3 +328,33 @@ def test_compose_runs_the_service_next_to_elasticsearch():
     script = qres["command"][-1]
     assert "exec qres serve --host 0.0.0.0 --port 8000" in script and "--log-queries" in script
     assert "/readyz" in qres["healthcheck"]["test"][-1]
+
+
+def test_an_index_without_vectors_serves_bm25_and_takes_writes(tmp_path):
+    """In-process (ASGI) over a BM25-only index: no model, so no dense or hybrid search."""
+    import asyncio
+
+    from qres import service
+    from qres.backends.embedded import EmbeddedBackend
+    from qres.corpus import read_corpus
+    from qres.indexing import index_questions
+    from tests.serving import DEMO
+
+    with EmbeddedBackend(tmp_path / "index", create=True) as backend:
+        index_questions(backend, read_corpus(DEMO))
+    app = service.create_app(service.ServiceConfig(index_dir=str(tmp_path / "index")))
+
+    async def calls():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://qres") as http:
+            default = await http.get("/search", params={"q": "boot ubuntu from usb"})
+            hybrid = await http.get("/search", params={"q": "usb", "mode": "hybrid"})
+            put = await http.put("/questions/n1", json={"title": "gecko firmware update"})
+            found = await http.get("/search", params={"q": "gecko firmware"})
+            return default, hybrid, put, found
+
+    default, hybrid, put, found = asyncio.run(calls())
+    app.state.service.close()
+    assert default.json()["mode"] == "bm25" and default.json()["results"][0]["id"] == "d128"
+    assert hybrid.status_code == 400 and "needs an index with vectors" in hybrid.json()["error"]
+    assert put.status_code == 200 and found.json()["results"][0]["id"] == "n1"
