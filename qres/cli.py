@@ -660,8 +660,9 @@ def info(obj: Context):
     "--workers",
     default=1,
     show_default=True,
-    help="Worker processes, each with its own copy of the model. With the embedded backend "
-    "only a single worker takes writes.",
+    type=click.IntRange(1, 64),
+    help="Worker processes, each with its own copy of the model. With the embedded backend, "
+    "writes need --workers 1.",
 )
 @click.option(
     "--model",
@@ -669,15 +670,26 @@ def info(obj: Context):
     help="Model directory [default: the one the index was built with].",
 )
 @click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
-@click.option("--max-k", default=100, show_default=True, help="Largest k a search may ask for.")
+@click.option(
+    "--max-k",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Largest k a search may ask for.",
+)
 @click.option(
     "--max-body-bytes",
     default=4 * 1024 * 1024,
     show_default=True,
+    type=click.IntRange(1024),
     help="Largest request body; bigger ones get 413.",
 )
 @click.option(
-    "--max-batch", default=1000, show_default=True, help="Questions per write request/commit."
+    "--max-batch",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Questions per write request/commit.",
 )
 @click.option(
     "--cors-origin",

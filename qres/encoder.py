@@ -68,15 +68,24 @@ class Encoder:
         self.body_max = int(card["max_body_tokens"])
 
     @classmethod
-    def load(cls, model_dir: str | Path, providers: Sequence[str] | None = None) -> Encoder:
+    def load(
+        cls,
+        model_dir: str | Path,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+    ) -> Encoder:
         """The encoder of a model directory, verified by :func:`qres.model.open_model`."""
         from qres.model import open_model  # qres.model reads cards with this module's helpers
 
-        return cls.from_model(open_model(model_dir), providers)
+        return cls.from_model(open_model(model_dir), providers, threads)
 
     @classmethod
-    def from_model(cls, model, providers: Sequence[str] | None = None) -> Encoder:
-        """The encoder of an opened :class:`qres.model.Model`."""
+    def from_model(
+        cls, model, providers: Sequence[str] | None = None, threads: int | None = None
+    ) -> Encoder:
+        """The encoder of an opened :class:`qres.model.Model`. ``threads``: onnxruntime
+        threads per call (default: one per core); a server running many calls at once gives
+        each one thread, so they do not fight over the cores."""
         import onnxruntime as ort
 
         model_dir, card = model.path, model.card
@@ -87,6 +96,9 @@ class Encoder:
             raise EncoderError(str(err)) from None
         options = ort.SessionOptions()
         options.log_severity_level = 3  # warnings about constant folding are not the user's
+        if threads is not None:
+            options.intra_op_num_threads = options.inter_op_num_threads = threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         chosen = list(providers) if providers else _default_providers(ort)
         built = {}
         for name in files:

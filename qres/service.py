@@ -162,7 +162,8 @@ class Service:
             if model:
                 from qres.encoder import Encoder
 
-                self.encoder = Encoder.load(model)
+                # requests run side by side, one onnxruntime thread each
+                self.encoder = Encoder.load(model, threads=1)
             fusion = Fusion.load(model) if model else DEFAULT
             self.pipeline = SearchPipeline(self.backend, self.encoder, fusion, config.candidates)
             if config.log_queries and not hasattr(self.backend, "log_search"):
