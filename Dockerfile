@@ -4,6 +4,8 @@ FROM python:3.11-slim
 WORKDIR /qres
 COPY pyproject.toml README.md ./
 COPY qres ./qres
+COPY training ./training
+COPY es_config ./es_config
 RUN pip install --no-cache-dir . && useradd --create-home qres
 USER qres
 ENV QRES_HOME=/home/qres/data HF_HUB_OFFLINE=1

@@ -112,9 +112,11 @@ class SearchPipeline:
         model: str | Path | None = None,
         mode: str | None = None,
         candidates: int = DEFAULT_CANDIDATES,
+        threads: int | None = None,
     ) -> SearchPipeline:
         """A pipeline over an open ``backend``: ``model`` or, unless ``mode`` is bm25, the
-        model the index was built with, and the fusion weights saved with that model."""
+        model the index was built with, and the fusion weights saved with that model
+        (``threads``: onnxruntime threads per encoding, see :meth:`Encoder.from_model`)."""
         meta = backend.metadata()
         if model is None and mode != "bm25" and meta.get("model_dir"):
             model = Path(meta["model_dir"])
@@ -127,7 +129,7 @@ class SearchPipeline:
 
         loaded = open_model(model)
         loaded.require_search_scorer()
-        encoder = Encoder.from_model(loaded)
+        encoder = Encoder.from_model(loaded, threads=threads)
         return cls(backend, encoder, Fusion.for_model(loaded), candidates, mode or "hybrid")
 
     def close(self) -> None:

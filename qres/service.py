@@ -151,29 +151,22 @@ class Service:
     """What one worker process holds: the backend, the search pipeline, the writer."""
 
     def __init__(self, config: ServiceConfig):
-        from qres.fusion import DEFAULT, Fusion
-
         self.config = config
         self.backend = open_backend(config.backend, config.index_dir)
         try:
-            meta = self.backend.metadata()
-            model = config.model or meta.get("model_dir")
-            self.encoder = None
-            if model:
-                from qres.encoder import Encoder
-
-                # requests run side by side, one onnxruntime thread each
-                self.encoder = Encoder.load(model, threads=1)
-            fusion = Fusion.load(model) if model else DEFAULT
-            self.pipeline = SearchPipeline(self.backend, self.encoder, fusion, config.candidates)
-            if config.log_queries and not hasattr(self.backend, "log_search"):
+            if config.log_queries and not self.backend.keeps_search_log:
                 raise BackendError(
                     "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
                 )
+            # requests run side by side: one onnxruntime thread each
+            self.pipeline = SearchPipeline.for_index(
+                self.backend, config.model, candidates=config.candidates, threads=1
+            )
         except BaseException:
             self.backend.close()
             raise
-        self.default_mode = "hybrid" if self.encoder is not None else "bm25"
+        self.encoder = self.pipeline.encoder
+        self.default_mode = self.pipeline.mode
         self.metrics = Metrics()
         # Two processes cannot append to one embedded index: with several workers it is
         # searched by all of them and written by none (Elasticsearch takes writes anywhere).

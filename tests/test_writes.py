@@ -95,6 +95,8 @@ def test_log_queries_records_each_service_search(tmp_path, monkeypatch):
     logged = []
 
     class LoggingBackend(EmbeddedBackend):
+        keeps_search_log = True
+
         def log_search(self, record):
             logged.append(record)
 
