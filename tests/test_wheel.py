@@ -101,6 +101,8 @@ def test_wheel_installs_only_the_qres_package(wheel):
         "qres/training/train.py",
         "qres/models/default/model.onnx",
         "qres/data/demo/questions.tsv",
+        "qres/static/widget.js",  # qres serve's widget and demo page
+        "qres/static/index.html",
     ):
         assert shipped in names
 
