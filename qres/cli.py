@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -62,6 +61,13 @@ class QresGroup(click.Group):
         try:
             return super().invoke(ctx)
         except (BackendError, CorpusError, EncoderError) as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(1)
+        except OSError as err:  # a full disk, a read-only or vanished file, …
+            where = f"{err.filename}: " if err.filename else ""
+            click.echo(f"error: {where}{err.strerror or err}", err=True)
+            sys.exit(1)
+        except ValueError as err:  # what the search engine reports as a failure
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
         except KeyboardInterrupt as stop:
@@ -183,17 +189,11 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
     encoder = search_encoder(model) if model else None
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
-    target = obj.index_dir
-    if rebuild and obj.open_backend_name() == "embedded":
-        target = obj.index_dir.with_name(obj.index_dir.name + ".rebuild")
-        shutil.rmtree(target, ignore_errors=True)
-    backend = obj.open(
-        create=True, index_dir=target, **_index_settings(obj, analyzer, title_boost, rebuild)
-    )
-    check_keeps_vectors(backend, encoder)
-    stats = ReadStats()
-    questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
+    backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
     with backend, _progress() as progress:
+        check_keeps_vectors(backend, encoder)
+        stats = ReadStats()
+        questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
         task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
         started = time.perf_counter()
 
@@ -206,8 +206,6 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
             backend, questions, encoder=encoder, batch_size=batch_size, on_batch=advance
         )
         total = backend.count()
-    if target != obj.index_dir:
-        _swap_in(target, obj.index_dir)
     obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
     summary = {
         "corpus": str(corpus),
@@ -234,22 +232,6 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         console.print(f"  skipped: {problem}", highlight=False, markup=False)
 
 
-def _swap_in(new: Path, live: Path) -> None:
-    old = live.with_name(live.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if live.exists():
-        os.replace(live, old)
-    os.replace(new, live)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _index_settings(obj: Context, analyzer: str, title_boost: float, rebuild: bool) -> dict:
-    """Settings of a new index; the embedded backend rebuilds by directory swap instead."""
-    if obj.open_backend_name() == "embedded":
-        return {"analyzer": analyzer, "title_boost": title_boost}
-    return {"analyzer": analyzer, "title_boost": title_boost, "rebuild": rebuild}
-
-
 # -- search -------------------------------------------------------------------------------
 
 
@@ -262,7 +244,9 @@ def _load_encoder(model_dir: Path):
 @cli.command()
 @json_option
 @click.argument("text")
-@click.option("-k", "--k", default=10, show_default=True, help="How many results.")
+@click.option(
+    "-k", "--k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results."
+)
 @click.option(
     "--mode",
     type=click.Choice(["bm25", "dense", "hybrid"]),
@@ -275,7 +259,13 @@ def _load_encoder(model_dir: Path):
     type=click.Path(file_okay=False, path_type=Path),
     help="Model directory [default: the one the index was built with].",
 )
-@click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
+@click.option(
+    "--candidates",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="BM25 candidates to rescore.",
+)
 @click.option("--explain", is_flag=True, help="Show each result's BM25, cosine and fused score.")
 @click.option(
     "--log-queries",
@@ -626,19 +616,13 @@ def info(obj: Context):
         with obj.open() as backend:
             details["questions"] = backend.count()
             details["index_metadata"] = backend.metadata()
+            details.update(backend.storage())
             connection = backend.describe()
             if connection:
                 details["connection"] = connection
             model_dir = backend.metadata().get("model_dir")
             if model_dir:
-                encoder = _load_encoder(Path(model_dir))
-                details["model"] = {
-                    "dir": model_dir,
-                    "architecture": encoder.card.get("architecture"),
-                    "dim": encoder.dim,
-                    "fingerprint": encoder.fingerprint,
-                    "execution_providers": encoder.providers,
-                }
+                details["model"] = _describe_model(Path(model_dir))
     except BackendError as err:
         details["index"] = str(err)
     if obj.as_json:
@@ -648,6 +632,50 @@ def info(obj: Context):
     for key, value in details.items():
         table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
     stdout.print(table)
+
+
+def _describe_model(model_dir: Path) -> dict:
+    try:
+        encoder = _load_encoder(model_dir)
+    except EncoderError as err:  # the index is still worth reporting
+        return {"dir": str(model_dir), "error": str(err)}
+    return {
+        "dir": str(model_dir),
+        "architecture": encoder.card.get("architecture"),
+        "dim": encoder.dim,
+        "fingerprint": encoder.fingerprint,
+        "execution_providers": encoder.providers,
+    }
+
+
+# -- compact ------------------------------------------------------------------------------
+
+
+@cli.command()
+@json_option
+@click.pass_obj
+def compact(obj: Context):
+    """Reclaim the space of replaced and deleted questions' vectors.
+
+    Re-running `qres index` leaves the old vectors of replaced questions behind
+    (`qres info` counts them as dead_vector_rows). Compaction copies the live
+    ones into a fresh index beside the old and swaps it in: a crash at any point
+    leaves the old index or the new one, never a mix; searches go on meanwhile.
+
+    \b
+    Example:
+      qres compact
+    """
+    with obj.open() as backend:
+        figures = backend.compact()
+    if obj.as_json:
+        obj.emit(figures)
+        return
+    before, after = figures["before"], figures["after"]
+    console.print(
+        f"vector rows: {before.get('vector_rows', 0):,} → {after.get('vector_rows', 0):,} "
+        f"({before.get('dead_vector_rows', 0):,} dead rows reclaimed)"
+    )
 
 
 # -- serve --------------------------------------------------------------------------------

@@ -95,7 +95,11 @@ def index_questions(
 
 
 def _record_model(backend: Backend, encoder) -> None:
-    """Refuse to mix vectors of two models in one index; record the model otherwise."""
+    """Refuse to mix vectors of two models in one index; record the model otherwise.
+
+    The writer's lock comes first: a second writer is turned away before it changes
+    anything, and the check sees what the last writer recorded."""
+    backend.acquire_write_lock()
     meta = backend.metadata()
     held = meta.get("model_fingerprint")
     if held not in (None, encoder.fingerprint) and backend.count() > 0:
@@ -189,4 +193,4 @@ class Index:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self.backend.__exit__(*exc)  # a rebuild (rebuild=True) is finished, or dropped on error

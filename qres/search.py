@@ -118,6 +118,8 @@ class SearchPipeline:
         model the index was built with, and the fusion weights saved with that model
         (``threads``: onnxruntime threads per encoding, see :meth:`Encoder.from_model`)."""
         meta = backend.metadata()
+        if mode == "bm25":  # BM25 needs no model: whatever ``model`` names is not loaded
+            model = None
         if model is None and mode != "bm25" and meta.get("model_dir"):
             model = Path(meta["model_dir"])
         if model is None:
@@ -156,6 +158,8 @@ class SearchPipeline:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, not {k}")
         window = max(k, self.candidates) if only_ids is None else len(only_ids)
         if mode == "bm25" or self.encoder is None:
             hits = self.backend.search(text, window, only_ids=only_ids)

@@ -98,6 +98,35 @@ class Backend(ABC):
         beyond the metadata (secrets masked)."""
         return {}
 
+    def acquire_write_lock(self) -> None:  # noqa: B027 - optional hook
+        """Become the index's one writer now (or fail), before anything is changed; a no-op
+        where the backend has no such lock. Writes take it themselves too."""
+
+    @abstractmethod
+    def begin_rebuild(self) -> None:
+        """Send every write and read of this object to a fresh, empty index; searches by
+        others keep seeing the current one until :meth:`finish_rebuild`. Opening with
+        ``rebuild=True`` does this without reading the old index."""
+
+    @abstractmethod
+    def finish_rebuild(self) -> None:
+        """Commit the fresh index and replace the current one by it, atomically for readers.
+        Leaving a ``with`` block normally does this too."""
+
+    @abstractmethod
+    def abort_rebuild(self) -> None:
+        """Drop the fresh index; the current one stays as it was. An exception leaving a
+        ``with`` block, or :meth:`close` during a rebuild, does this too."""
+
+    def storage(self) -> dict:
+        """Space figures the user can act on (dead vector rows, …); empty if none apply."""
+        return {}
+
+    def compact(self) -> dict:
+        """Reclaim the space of replaced and deleted questions; returns figures before and
+        after."""
+        raise BackendError(f"the {self.name} backend reclaims space by itself")
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release files and connections."""
 

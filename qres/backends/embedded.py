@@ -5,21 +5,31 @@ Layout of an index directory::
     tantivy/        the BM25 index; documents store id, title, body, tags and a vector slot
     vectors.f16     (or .f32) row ``slot`` holds the vector of the document with that slot
     meta.json       index metadata: analyzer, title boost, model fingerprint, vector dims
+    writer.lock     held (flock) by the one process that may write the index
 
 Text is analysed in Python by :func:`qres.text.bm25_terms` (the same function search uses)
 and handed to tantivy pre-split, so the engine never parses user text as query syntax.
 
-Vectors are only ever appended: an upsert writes its rows at the end of the vector file and
-records the new slot in the document. ``commit`` flushes the vector file before committing
-tantivy, so a crash at any point leaves committed documents pointing at vectors that exist;
-rows written after the last commit are unreferenced and harmless. Rows of replaced or
-deleted documents stay unreferenced until ``qres index --rebuild`` writes a fresh index.
+Vectors are only ever appended, whole rows at a time: an upsert writes its rows at the end of
+the vector file and records the new slot in the document. A torn last row (a crash or a full
+disk in the middle of a write) is cut off before the next append, so it can never shift later
+rows. ``commit`` flushes the vector file before committing tantivy, so a crash at any point
+leaves committed documents pointing at vectors that exist; rows written after the last commit
+are unreferenced and harmless ("dead" rows, like those of replaced or deleted documents).
+
+Rebuilds and compaction write a complete new index beside the live one (``NAME.rebuild``)
+while holding the live index's writer lock, then swap the directories; readers keep seeing
+the old index until the swap and notice the new one (a new directory) on their next call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +44,12 @@ ANALYZERS = ("english", "plain")
 _TERMS_ANALYZER = "qres_terms"  # whitespace split of the terms qres.text already produced
 _WRITER_HEAP = 128 * 1024 * 1024
 _MAX_QUERY_TERMS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
+LOCK_FILE = "writer.lock"
+_META_KEYS = ("analyzer", "title_boost", "vector_dtype")
+# What an index directory may hold; a directory with anything else is never deleted or
+# replaced by a rebuild (it is somebody's data, not an index).
+_INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
+_COPY_BATCH = 1024  # documents per batch when compaction copies an index
 
 
 def _schema() -> tantivy.Schema:
@@ -48,78 +64,350 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Which directory ``path`` names now (a rebuild swaps in a new one); None if none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_replaceable(path: Path) -> None:
+    """Refuse to delete or replace ``path`` unless it is missing, empty or a qres index."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise BackendError(f"{path} is a file, not a qres index directory")
+    foreign = sorted(set(os.listdir(path)) - _INDEX_ENTRIES)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+        raise BackendError(
+            f"{path} is not a qres index (it holds {shown}): refusing to replace it; "
+            "pick a new or empty directory with --index-dir"
+        )
+
+
+def _complete_interrupted_swap(live: Path) -> None:
+    """A crash between the two renames of a swap leaves NAME.old and a finished NAME.rebuild
+    but no NAME: finish the swap."""
+    old, staging = _sibling(live, ".old"), _sibling(live, ".rebuild")
+    if live.exists() or not old.exists() or not (staging / "meta.json").exists():
+        return
+    with contextlib.suppress(OSError):  # read-only, or another process just finished it
+        os.replace(staging, live)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_meta(meta_path: Path) -> dict:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BackendError(f"{meta_path}: unreadable index metadata ({err})") from None
+    missing = [k for k in _META_KEYS if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise BackendError(
+            f"{meta_path}: not qres index metadata (no {', '.join(missing)}): "
+            "rebuild the index with `qres index CORPUS --rebuild`"
+        )
+    if meta["vector_dtype"] not in ("float16", "float32"):
+        raise BackendError(f"{meta_path}: unknown vector_dtype {meta['vector_dtype']!r}")
+    return meta
+
+
 class EmbeddedBackend(Backend):
     name = "embedded"
 
-    def __init__(self, path: str | Path, create: bool = False, **settings):
+    def __init__(self, path: str | Path, create: bool = False, rebuild: bool = False, **settings):
         """Open the index at ``path``; with ``create``, make it (``settings``: analyzer,
-        title_boost, vector_dtype) if it does not exist yet."""
-        self.path = Path(path)
+        title_boost, vector_dtype) if it does not exist yet; with ``rebuild``, start a
+        rebuild (see :meth:`begin_rebuild`) without reading the old index at all."""
+        self.live_path = Path(path)
+        self.path = self.live_path  # where reads and writes go: the staging dir in a rebuild
+        self._settings = settings
+        self._lock = None  # the open writer.lock while this object may write
+        self._rebuilding = False
+        self._index = None
+        self._view: str | None = None  # read-only index: a directory of links to its files
+        self._writer = None
+        self._vector_fd: int | None = None
+        self._vectors: np.ndarray | None = None  # read-only memory map, reopened as it grows
+        self._slot_of: dict[str, int] = {}
+        _complete_interrupted_swap(self.live_path)
+        try:
+            if rebuild:
+                self.begin_rebuild()
+            else:
+                self._open(create)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _open(self, create: bool) -> None:
         meta_path = self.path / "meta.json"
         if not meta_path.exists():
             if not create:
                 raise BackendError(
                     f"no qres index at {self.path}: create one with `qres index CORPUS`"
                 )
-            self._init_dir(settings)
-        try:
-            self._meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise BackendError(f"{meta_path}: unreadable index metadata ({err})") from None
+            check_replaceable(self.path)
+            self._take_lock()
+            if not meta_path.exists():  # another process may have made it meanwhile
+                self._init_dir(self.path, self._settings)
+        self._meta = _read_meta(meta_path)
+        self._load_engine()
+
+    def _load_engine(self) -> None:
+        """(Re)open tantivy and forget the vector map: after opening or a swap."""
+        self._close_files()
         self.analyzer = "english" if self._meta["analyzer"] == "english" else None
         self.title_boost = float(self._meta["title_boost"])
         self._dtype = np.dtype(self._meta["vector_dtype"])
         self._vector_path = self.path / (
             "vectors.f16" if self._dtype == np.float16 else "vectors.f32"
         )
-        self._schema = _schema()
-        self._index = tantivy.Index(self._schema, path=str(self.path / "tantivy"), reuse=True)
+        engine = self.path / "tantivy"
+        if not (engine / "meta.json").exists():
+            raise BackendError(
+                f"{self.path} is damaged: {engine / 'meta.json'} is missing; "
+                "re-index with `qres index CORPUS --rebuild`"
+            )
+        self._identity = _identity(self.path)
+        self._index = self._open_tantivy(engine)
+        self._schema = self._index.schema
         self._index.register_tokenizer(
             _TERMS_ANALYZER, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
         )
-        self._writer = None
-        self._vector_file = None
-        self._vectors: np.ndarray | None = None  # read-only memory map, reopened as it grows
-        self._slot_of: dict[str, int] = {}
 
-    def _init_dir(self, settings: dict) -> None:
+    def _open_tantivy(self, engine: Path) -> tantivy.Index:
+        if os.access(engine, os.W_OK):
+            try:
+                return tantivy.Index.open(str(engine))
+            except ValueError as err:
+                if "Lockfile" not in str(err):
+                    raise BackendError(f"{engine}: cannot open the index ({err})") from None
+        # A read-only index: tantivy wants to create lock files beside the index files, so
+        # open a private directory of links to them (a read-only index never changes).
+        self._view = tempfile.mkdtemp(prefix="qres-readonly-")
+        for name in os.listdir(engine):
+            if not name.endswith(".lock"):
+                os.symlink(engine.resolve() / name, Path(self._view) / name)
+        try:
+            return tantivy.Index.open(self._view)
+        except ValueError as err:
+            raise BackendError(f"{engine}: cannot open the index ({err})") from None
+
+    @staticmethod
+    def _init_dir(path: Path, settings: dict) -> None:
         analyzer = settings.get("analyzer", "english")
         if analyzer not in ANALYZERS:
             raise BackendError(f"unknown analyzer {analyzer!r} (one of {', '.join(ANALYZERS)})")
-        (self.path / "tantivy").mkdir(parents=True, exist_ok=True)
-        self._write_meta(
-            {
-                "format": 1,
-                "analyzer": analyzer,
-                "title_boost": float(settings.get("title_boost", 2.0)),
-                "vector_dtype": settings.get("vector_dtype", "float16"),
-            }
-        )
+        dtype = settings.get("vector_dtype", "float16")
+        if dtype not in ("float16", "float32"):
+            raise BackendError(f"unknown vector_dtype {dtype!r} (float16 or float32)")
+        check_replaceable(path)
+        # tantivy first, meta.json last: meta.json is what makes a directory an index.
+        shutil.rmtree(path / "tantivy", ignore_errors=True)
+        (path / "tantivy").mkdir(parents=True)
+        tantivy.Index(_schema(), path=str(path / "tantivy"), reuse=False)
+        meta = {
+            "format": 1,
+            "analyzer": analyzer,
+            "title_boost": float(settings.get("title_boost", 2.0)),
+            "vector_dtype": dtype,
+        }
+        meta.update(settings.get("meta", {}))
+        _write_json(path / "meta.json", meta)
 
-    def _write_meta(self, meta: dict) -> None:
-        tmp = self.path / "meta.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2, sort_keys=True))
-        os.replace(tmp, self.path / "meta.json")
+    def _replaced(self) -> bool:
+        """Whether a rebuild or compaction swapped a new directory in since we opened."""
+        now = _identity(self.path)
+        return now is not None and now != self._identity
 
-    # -- writing -----------------------------------------------------------------------------
+    def _follow_swaps(self) -> None:
+        if self._index is None:
+            raise BackendError(f"the index at {self.live_path} is not open")
+        if not self._rebuilding and self._lock is None and self._replaced():
+            self._meta = _read_meta(self.path / "meta.json")
+            self._load_engine()
+
+    # -- the writer's lock ---------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        if self._lock is not None:
+            return
+        try:
+            self.live_path.mkdir(parents=True, exist_ok=True)
+            lock = open(self.live_path / LOCK_FILE, "a")  # noqa: SIM115 - held while writing
+        except OSError as err:
+            raise BackendError(f"{self.live_path} cannot be written ({err.strerror})") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise BackendError(
+                f"{self.live_path} is being written by another qres process: wait for it to end"
+            ) from None
+        self._lock = lock
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def acquire_write_lock(self) -> None:
+        """Become the index's one writer (or fail at once) and re-read what another writer
+        may have changed before we got here."""
+        if self._lock is not None:
+            return
+        self._take_lock()
+        if self._replaced():
+            self._meta = _read_meta(self.path / "meta.json")
+            self._load_engine()
+        else:
+            self._meta = _read_meta(self.path / "meta.json")
+
+    # -- rebuilding ----------------------------------------------------------------------------
+
+    def begin_rebuild(self) -> None:
+        """Send every write and read of this object to a fresh index built beside the live
+        one (``NAME.rebuild``), holding the live index's writer lock; searches by other
+        processes keep seeing the live index until :meth:`finish_rebuild` swaps it in."""
+        self._begin_staging(self._settings)
+
+    def _begin_staging(self, settings: dict) -> None:
+        if self._rebuilding:
+            raise BackendError(f"a rebuild of {self.live_path} is already under way")
+        check_replaceable(self.live_path)
+        staging = _sibling(self.live_path, ".rebuild")
+        check_replaceable(staging)
+        check_replaceable(_sibling(self.live_path, ".old"))
+        self.acquire_write_lock() if self._index is not None else self._take_lock()
+        self._close_files()
+        shutil.rmtree(staging, ignore_errors=True)  # a crashed rebuild's leftovers
+        self._init_dir(staging, settings)
+        self.path, self._rebuilding = staging, True
+        self._meta = _read_meta(staging / "meta.json")
+        self._load_engine()
+
+    def finish_rebuild(self) -> None:
+        """Commit the new index and swap it in for the live one, which is deleted."""
+        if not self._rebuilding:
+            raise BackendError("no rebuild under way: start one with begin_rebuild()")
+        self.commit()
+        self._close_files()
+        live, staging, old = self.live_path, self.path, _sibling(self.live_path, ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if live.exists():
+            os.replace(live, old)
+        os.replace(staging, live)  # a crash between the renames is finished by the next open
+        _fsync_dir(live.parent)
+        shutil.rmtree(old, ignore_errors=True)
+        self._release_lock()
+        self.path, self._rebuilding = live, False
+        self._open(create=False)
+
+    def abort_rebuild(self) -> None:
+        """Delete the index being built; the live index stays as it was."""
+        if not self._rebuilding:
+            return
+        self._close_files()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._release_lock()
+        self.path, self._rebuilding = self.live_path, False
+        with contextlib.suppress(BackendError):  # the live index may be missing or damaged
+            self._open(create=False)
+
+    def compact(self) -> dict:
+        """Rewrite the index without dead vector rows (crash-safe: built aside, swapped in);
+        returns the storage figures before and after."""
+        self.acquire_write_lock()
+        before = self.storage()
+        searcher = self._index.searcher()
+        total = searcher.num_docs
+        addresses = [a for _, a in searcher.search(tantivy.Query.all_query(), max(total, 1)).hits]
+        docs = (searcher.doc(a).to_dict() for a in addresses)
+        source = self._vector_rows(before["vector_rows"])
+        dim = self._meta.get("vector_dim")
+        self._begin_staging({**self._settings_of(self._meta), "meta": self._model_meta()})
+        try:
+            batch: list[dict] = []
+            for doc in docs:
+                batch.append(doc)
+                if len(batch) == _COPY_BATCH:
+                    self._copy(batch, source, dim)
+                    batch = []
+            self._copy(batch, source, dim)
+            self.finish_rebuild()
+        except BaseException:
+            self.abort_rebuild()
+            raise
+        return {"before": before, "after": self.storage()}
+
+    @staticmethod
+    def _settings_of(meta: dict) -> dict:
+        return {k: meta[k] for k in _META_KEYS}
+
+    def _model_meta(self) -> dict:
+        return {k: v for k, v in self._meta.items() if k not in (*_META_KEYS, "format")}
+
+    def _copy(self, docs: list[dict], source: np.ndarray, dim) -> None:
+        def question(doc):
+            tags = tuple(t for t in doc["tags"][0].split(",") if t)
+            return Question(doc["id"][0], doc["title"][0], doc["body"][0], tags)
+
+        with_vector = [d for d in docs if 0 <= d["slot"][0] < len(source)]
+        without = [d for d in docs if not 0 <= d["slot"][0] < len(source)]
+        if with_vector:
+            rows = source[[d["slot"][0] for d in with_vector]].reshape(-1, dim)
+            self.upsert([question(d) for d in with_vector], rows)
+        if without:
+            self.upsert([question(d) for d in without])
+
+    # -- writing -------------------------------------------------------------------------------
 
     def _get_writer(self):
         if self._writer is None:
+            self.acquire_write_lock()
             try:
                 self._writer = self._index.writer(_WRITER_HEAP, 1)
             except ValueError as err:
-                raise BackendError(
-                    f"{self.path} is being written by another qres process ({err})"
-                ) from None
+                raise BackendError(f"{self.path}: cannot write the index ({err})") from None
         return self._writer
-
-    def _next_slot(self) -> int:
-        if self._vector_file is None:
-            self._vector_file = open(self._vector_path, "ab")  # noqa: SIM115 - kept open
-        return self._vector_file.tell() // self._row_bytes()
 
     def _row_bytes(self) -> int:
         return int(self._meta["vector_dim"]) * self._dtype.itemsize
+
+    def _append_vectors(self, vectors: np.ndarray) -> int:
+        """Write whole rows at the end of the vector file; returns the first row's slot."""
+        data = memoryview(np.ascontiguousarray(vectors, dtype=self._dtype).tobytes())
+        row = self._row_bytes()
+        try:
+            if self._vector_fd is None:
+                self._vector_fd = os.open(self._vector_path, os.O_RDWR | os.O_CREAT, 0o644)
+            size = os.fstat(self._vector_fd).st_size
+            end = size - size % row
+            if end != size:  # a torn row: left as is, it would shift every row after it
+                os.ftruncate(self._vector_fd, end)
+            offset = end
+            while data:
+                written = os.pwrite(self._vector_fd, data, offset)
+                data, offset = data[written:], offset + written
+        except OSError as err:
+            if self._vector_fd is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._vector_fd, end)
+            raise BackendError(
+                f"{self._vector_path}: cannot write vectors ({err.strerror}); "
+                "everything committed before this point is kept"
+            ) from None
+        return end // row
 
     def upsert(self, questions: Sequence[Question], vectors: np.ndarray | None = None) -> None:
         writer = self._get_writer()
@@ -135,9 +423,9 @@ class EmbeddedBackend(Backend):
                     f"vectors have {vectors.shape[1]} dimensions but the index holds {dim}: "
                     "re-index with `qres index --rebuild`"
                 )
-            first = self._next_slot()
-            self._vector_file.write(np.ascontiguousarray(vectors, dtype=self._dtype).tobytes())
-            slots = list(range(first, first + len(questions)))
+            if len(questions):
+                first = self._append_vectors(vectors)
+                slots = list(range(first, first + len(questions)))
         for question, slot in zip(questions, slots, strict=True):
             writer.delete_documents_by_term("id", question.id)
             writer.add_document(
@@ -158,14 +446,20 @@ class EmbeddedBackend(Backend):
             writer.delete_documents_by_term("id", qid)
 
     def commit(self) -> None:
-        if self._vector_file is not None:
-            self._vector_file.flush()
-            os.fsync(self._vector_file.fileno())
-        if self._writer is not None:
-            self._writer.commit()
-            self._writer.wait_merging_threads()
-            self._writer = None
-        self._index.reload()
+        try:
+            if self._vector_fd is not None:
+                os.fsync(self._vector_fd)
+            if self._writer is not None:
+                writer, self._writer = self._writer, None
+                writer.commit()
+                writer.wait_merging_threads()
+        except (OSError, ValueError) as err:
+            raise BackendError(
+                f"{self.path}: commit failed ({getattr(err, 'strerror', None) or err}); "
+                "the index keeps what was committed before"
+            ) from None
+        if self._index is not None:
+            self._index.reload()
         self._slot_of.clear()
 
     def rollback(self) -> None:
@@ -173,7 +467,7 @@ class EmbeddedBackend(Backend):
         if self._writer is not None:
             self._writer.rollback()
 
-    # -- reading -----------------------------------------------------------------------------
+    # -- reading -------------------------------------------------------------------------------
 
     def _query(self, text: str) -> tantivy.Query | None:
         terms = list(dict.fromkeys(bm25_terms(text, self.analyzer)))[:_MAX_QUERY_TERMS]
@@ -190,6 +484,7 @@ class EmbeddedBackend(Backend):
         return tantivy.Query.boolean_query(clauses)
 
     def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
+        self._follow_swaps()
         query = self._query(text)
         if only_ids is not None:
             allowed = tantivy.Query.term_set_query(self._schema, "id", list(only_ids))
@@ -221,6 +516,7 @@ class EmbeddedBackend(Backend):
         return {doc["id"][0]: doc for doc in docs}
 
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
+        self._follow_swaps()
         return {
             qid: Question(
                 qid,
@@ -244,6 +540,14 @@ class EmbeddedBackend(Backend):
         return self._vectors
 
     def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        self._follow_swaps()
+        out = self._read_vectors(ids)
+        if self._lock is None and self._replaced():  # swapped while we read: read again
+            self._follow_swaps()
+            out = self._read_vectors(ids)
+        return out
+
+    def _read_vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         dim = self._meta.get("vector_dim")
         if dim is None:
             return np.zeros((len(ids), 0), np.float32), np.zeros(len(ids), bool)
@@ -259,20 +563,74 @@ class EmbeddedBackend(Backend):
         return out, have
 
     def count(self) -> int:
+        self._follow_swaps()
         return self._index.searcher().num_docs
 
+    def storage(self) -> dict:
+        """Vector rows on disk, and how many of them no document uses any more."""
+        self._follow_swaps()
+        dim = self._meta.get("vector_dim")
+        if dim is None:
+            return {"vector_rows": 0, "dead_vector_rows": 0}
+        size = self._vector_path.stat().st_size if self._vector_path.exists() else 0
+        rows = size // self._row_bytes()
+        with_vector = tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+        )
+        used = self._index.searcher().search(with_vector, 1, count=True).count
+        return {"vector_rows": rows, "dead_vector_rows": max(rows - used, 0)}
+
     def metadata(self) -> dict:
+        self._follow_swaps()
         return dict(self._meta)
 
     def set_metadata(self, values: dict) -> None:
+        self.acquire_write_lock()
         self._meta.update(values)
-        self._write_meta(self._meta)
+        _write_json(self.path / "meta.json", self._meta)
+
+    def _close_files(self) -> None:
+        if self._writer is not None:
+            with contextlib.suppress(ValueError):
+                self._writer.rollback()
+            self._writer = None
+        if self._vector_fd is not None:
+            os.close(self._vector_fd)
+            self._vector_fd = None
+        self._vectors = None
+        self._slot_of.clear()
+        self._index = None
+        if self._view is not None:
+            shutil.rmtree(self._view, ignore_errors=True)
+            self._view = None
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.rollback()
-            self._writer = None
-        if self._vector_file is not None:
-            self._vector_file.close()
-            self._vector_file = None
-        self._vectors = None
+        """Release files and the writer's lock; an unfinished rebuild is discarded."""
+        if self._rebuilding:
+            self.abort_rebuild()
+        self._close_files()
+        self._release_lock()
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if self._rebuilding and exc_type is None:
+                self.finish_rebuild()
+        finally:
+            self.close()
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = _sibling(path, ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(value, indent=2, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

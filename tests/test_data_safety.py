@@ -1,0 +1,403 @@
+"""Data safety of the embedded index, one test per way it used to lose or corrupt data
+(issue 10): torn vector rows, rebuilds over foreign directories, stale vectors after a
+rebuild, a rejected writer rewriting metadata, read-only and damaged indexes, dead rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from qres.backends.base import BackendError
+from qres.backends.embedded import EmbeddedBackend
+from qres.corpus import Question
+from qres.encoder import Encoder
+from qres.indexing import index_questions
+from qres.search import SearchPipeline
+from tests.fakes import TableEncoder
+from tests.safety_helpers import (
+    assert_committed_prefix,
+    make_corpus,
+    python,
+    vector_mismatches,
+    write_model,
+    write_tsv,
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return write_model(tmp_path_factory.mktemp("model") / "bow")
+
+
+@pytest.fixture(scope="module")
+def encoder(model_dir):
+    return Encoder.load(model_dir)
+
+
+def build(path, questions, encoder, **kwargs):
+    with EmbeddedBackend(path, create=True) as b:
+        index_questions(b, questions, encoder=encoder, batch_size=50, **kwargs)
+
+
+# -- 1: a torn vector row never shifts later vectors ------------------------------------------
+
+
+def test_a_torn_vector_row_is_cut_off_before_the_next_append(tmp_path, encoder):
+    questions = make_corpus(300)
+    build(tmp_path / "ix", questions[:150], encoder)
+    with open(tmp_path / "ix" / "vectors.f16", "ab") as f:
+        f.write(b"\0" * 100)  # what a crash or a full disk in mid-write leaves
+    build(tmp_path / "ix", questions, encoder)
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert b.count() == 300
+        assert vector_mismatches(b, encoder, questions) == 0
+    assert (tmp_path / "ix" / "vectors.f16").stat().st_size % (encoder.dim * 2) == 0
+
+
+def test_a_full_disk_ends_in_one_line_and_a_rerun_completes(tmp_path, model_dir, encoder):
+    """RLIMIT_FSIZE makes the vector file hit a 'full disk' in the middle of a row."""
+    questions = make_corpus(3000)
+    first, corpus = write_tsv(tmp_path / "a.tsv", questions[:1000]), tmp_path / "all.tsv"
+    write_tsv(corpus, questions)
+    index_dir = tmp_path / "ix"
+    cli = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    args = ("--index-dir", index_dir, "index", "--model", model_dir)
+    assert python(cli, *args, first).returncode == 0
+    limited = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (80_003, 80_003))\n"
+    proc = python(limited + cli, *args, corpus)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    with EmbeddedBackend(index_dir) as b:  # what was there before the full disk is intact
+        n = assert_committed_prefix(b, questions)
+        assert n >= 1000 and vector_mismatches(b, encoder, questions[:n]) == 0
+    assert python(cli, *args, corpus).returncode == 0  # space freed: the re-run completes
+    with EmbeddedBackend(index_dir) as b:
+        assert assert_committed_prefix(b, questions) == 3000
+        assert vector_mismatches(b, encoder, questions) == 0
+
+
+# -- 2: --rebuild never deletes a directory that is not a qres index --------------------------
+
+
+def test_rebuild_refuses_a_directory_that_is_not_an_index(run, tmp_path):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(5))
+    thesis = tmp_path / "d" / "thesis.txt"
+    thesis.parent.mkdir()
+    thesis.write_text("four years of work")
+    result = run("--index-dir", thesis.parent, "index", corpus, "--rebuild")
+    assert result.exit_code == 1
+    assert "not a qres index" in result.output and "thesis.txt" in result.output
+    assert thesis.read_text() == "four years of work"
+    assert sorted(os.listdir(thesis.parent)) == ["thesis.txt"]
+
+
+def test_creating_an_index_refuses_a_foreign_directory_too(tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.md").write_text("x")
+    with pytest.raises(BackendError, match="not a qres index"):
+        EmbeddedBackend(tmp_path / "d", create=True)
+    assert os.listdir(tmp_path / "d") == ["notes.md"]
+
+
+def test_rebuild_replaces_an_index_and_an_empty_or_missing_directory(run, tmp_path):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(5))
+    (tmp_path / "empty").mkdir()
+    for target in ("empty", "missing", "empty"):  # the last: now an index, rebuilt again
+        result = run("--index-dir", tmp_path / target, "index", corpus, "--rebuild")
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "empty", "missing"]
+
+
+def test_an_interrupted_swap_is_finished_by_the_next_open(tmp_path, encoder):
+    questions = make_corpus(40)
+    build(tmp_path / "ix", questions[:10], encoder)
+    b = EmbeddedBackend(tmp_path / "ix", rebuild=True)
+    index_questions(b, questions, encoder=encoder)
+    b._close_files()
+    os.replace(tmp_path / "ix", tmp_path / "ix.old")  # the crash: between the two renames
+    b._release_lock()
+    with EmbeddedBackend(tmp_path / "ix") as reopened:
+        assert reopened.count() == 40
+        assert vector_mismatches(reopened, encoder, questions) == 0
+    assert not (tmp_path / "ix.old").exists() and not (tmp_path / "ix.rebuild").exists()
+
+
+def test_an_interrupted_rebuild_leaves_the_live_index_as_it_was(tmp_path, encoder):
+    questions = make_corpus(40)
+    build(tmp_path / "ix", questions[:10], encoder)
+    with pytest.raises(KeyboardInterrupt), EmbeddedBackend(tmp_path / "ix", rebuild=True) as b:
+        index_questions(b, questions[10:], encoder=encoder)
+        raise KeyboardInterrupt
+    assert not (tmp_path / "ix.rebuild").exists()
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert assert_committed_prefix(b, questions) == 10
+
+
+# -- 3: a long-lived reader sees the rebuilt index's vectors, not the old file's --------------
+
+
+def test_a_long_lived_reader_follows_a_rebuild(run, tmp_path, model_dir, encoder):
+    questions = make_corpus(300)
+    write_tsv(tmp_path / "fwd.tsv", questions)
+    extra = make_corpus(1, seed=5, prefix="new")
+    write_tsv(tmp_path / "rev.tsv", extra + questions[::-1])  # every slot different
+    ix = tmp_path / "ix"
+    assert (
+        run("--index-dir", ix, "index", tmp_path / "fwd.tsv", "--model", model_dir).exit_code == 0
+    )
+    reader = EmbeddedBackend(ix)
+    pipeline = SearchPipeline(reader, encoder)
+    by_id = {q.id: q for q in questions}
+
+    def wrong_cosines() -> int:
+        query = f"{questions[7].title} {questions[8].body}"
+        hits = pipeline.search(query, 10, "dense")
+        assert len(hits) == 10
+        fresh = encoder.encode_questions([by_id[h.id] for h in hits]) @ encoder.encode_query(query)
+        return sum(abs(h.cosine - c) > 2e-2 for h, c in zip(hits, fresh, strict=True))
+
+    assert wrong_cosines() == 0  # the reader has mapped the vector file
+    assert vector_mismatches(reader, encoder, questions) == 0
+    result = run(
+        "--index-dir", ix, "index", tmp_path / "rev.tsv", "--model", model_dir, "--rebuild"
+    )
+    assert result.exit_code == 0, result.output
+    deadline = time.monotonic() + 10  # tantivy's own reload (by path) is asynchronous
+    while reader.count() != 301 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reader.count() == 301
+    assert wrong_cosines() == 0
+    assert vector_mismatches(reader, encoder, questions) == 0
+    reader.close()
+
+
+# -- 4: a writer turned away changes nothing --------------------------------------------------
+
+
+def test_a_rejected_second_writer_leaves_the_model_record_alone(tmp_path):
+    questions = make_corpus(20)
+    first = EmbeddedBackend(tmp_path / "ix", create=True)
+    index_questions(first, questions[:10], encoder=TableEncoder({}, fingerprint="first"))
+    first.upsert(questions[10:])  # still writing: holds the writer's lock
+    second = EmbeddedBackend(tmp_path / "ix")
+    with pytest.raises(BackendError, match="another qres process"):
+        index_questions(second, questions, encoder=TableEncoder({}, dim=8, fingerprint="other"))
+    meta = json.loads((tmp_path / "ix" / "meta.json").read_text())
+    assert (meta["model_fingerprint"], meta["vector_dim"]) == ("first", 4)
+    second.close()
+    first.close()
+
+
+# -- 5: a read-only index can be searched ------------------------------------------------------
+
+
+def _read_only_runner():
+    """Run a command with the index directory mounted read-only (a private mount namespace:
+    root or user namespaces), or as a plain user after chmod; None where neither works."""
+    if (
+        shutil.which("unshare")
+        and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    ):
+        return "unshare"
+    if os.geteuid() != 0:
+        return "chmod"
+    return None
+
+
+def test_a_read_only_index_is_searchable(run, tmp_path, model_dir):
+    how = _read_only_runner()
+    if how is None:
+        pytest.skip("needs unshare (mount namespaces) or a non-root user to make a read-only dir")
+    ix = tmp_path / "ix"
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(50))
+    assert run("--index-dir", ix, "index", corpus, "--model", model_dir).exit_code == 0
+    before = sorted(p.relative_to(ix) for p in ix.rglob("*"))
+    query = make_corpus(50)[3].title
+
+    def cli(*args):
+        return f"import sys; from qres.cli import main; sys.argv = {['qres', *args]!r}; main()"
+
+    code = cli("--index-dir", str(ix), "--json", "search", query)
+    info = cli("--index-dir", str(ix), "--json", "info")
+
+    outputs = []
+    for snippet in (code, info):
+        if how == "unshare":
+            inner = f'mount --bind -o ro {ix} {ix} && exec {sys.executable} -c "$0"'
+            cmd = ["unshare", "-rm", "sh", "-c", inner, snippet]
+        else:
+            subprocess.run(["chmod", "-R", "a-w", str(ix)], check=True)
+            cmd = [sys.executable, "-c", snippet]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+        assert proc.returncode == 0, proc.stderr
+        outputs.append(json.loads(proc.stdout))
+    assert outputs[0]["results"][0]["id"] == "q3"
+    assert outputs[0]["results"][0]["cosine"] is not None
+    assert outputs[1]["questions"] == 50
+    if how == "chmod":
+        subprocess.run(["chmod", "-R", "u+w", str(ix)], check=True)
+    assert sorted(p.relative_to(ix) for p in ix.rglob("*")) == before
+
+
+def test_engine_errors_are_one_line(run, tmp_path, monkeypatch):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(5))
+    run("--index-dir", tmp_path / "ix", "index", corpus)
+
+    def fail(*_args, **_kw):
+        raise ValueError("Failed to acquire Lockfile: Read-only file system")
+
+    monkeypatch.setattr(EmbeddedBackend, "search", fail)
+    result = run("--index-dir", tmp_path / "ix", "search", "w1")
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith("error: Failed to acquire Lockfile")
+
+    def full(*_args, **_kw):
+        raise OSError(28, "No space left on device", str(tmp_path / "ix" / "vectors.f16"))
+
+    monkeypatch.setattr(EmbeddedBackend, "search", full)
+    result = run("--index-dir", tmp_path / "ix", "search", "w1")
+    assert result.exit_code == 1
+    assert result.output == f"error: {tmp_path / 'ix' / 'vectors.f16'}: No space left on device\n"
+
+
+# -- 6: missing engine files are an error, never an empty index --------------------------------
+
+
+def test_a_missing_tantivy_meta_is_an_error_not_an_empty_index(run, tmp_path):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(5))
+    run("--index-dir", tmp_path / "ix", "index", corpus)
+    (tmp_path / "ix" / "tantivy" / "meta.json").unlink()
+    with pytest.raises(BackendError, match="damaged.*--rebuild"):
+        EmbeddedBackend(tmp_path / "ix")
+    result = run("--index-dir", tmp_path / "ix", "search", "w1")
+    assert result.exit_code == 1 and "damaged" in result.output
+    assert not (tmp_path / "ix" / "tantivy" / "meta.json").exists()
+    result = run("--index-dir", tmp_path / "ix", "index", corpus)  # not silently re-created
+    assert result.exit_code == 1 and "damaged" in result.output
+    assert run("--index-dir", tmp_path / "ix", "index", corpus, "--rebuild").exit_code == 0
+
+
+# -- 8: small ways bad input used to escape ----------------------------------------------------
+
+
+@pytest.mark.parametrize("k", ["0", "-1"])
+def test_k_below_one_is_refused(run, tmp_path, k):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(150))
+    run("--index-dir", tmp_path / "ix", "index", corpus)
+    result = run("--index-dir", tmp_path / "ix", "search", "w1 w2 w3", "-k", k)
+    assert result.exit_code == 2 and "-k" in result.output
+    with EmbeddedBackend(tmp_path / "ix") as b, pytest.raises(ValueError, match="at least 1"):
+        SearchPipeline(b).search("w1", int(k), "bm25")
+
+
+@pytest.mark.parametrize("content", ["{}", "[]", '{"analyzer": "english"}', "not json"])
+def test_damaged_index_metadata_is_one_clear_error(run, tmp_path, content):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(5))
+    run("--index-dir", tmp_path / "ix", "index", corpus)
+    (tmp_path / "ix" / "meta.json").write_text(content)
+    result = run("--index-dir", tmp_path / "ix", "search", "w1")
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith(f"error: {tmp_path / 'ix' / 'meta.json'}: ")
+
+
+def test_info_reports_the_index_when_its_model_is_missing(run, tmp_path, model_dir):
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(20))
+    run("--index-dir", tmp_path / "ix", "index", corpus, "--model", model)
+    shutil.rmtree(model)
+    result = run("--index-dir", tmp_path / "ix", "--json", "info")
+    assert result.exit_code == 0, result.output
+    details = json.loads(result.output)
+    assert details["questions"] == 20
+    assert details["model"]["dir"] == str(model) and "not found" in details["model"]["error"]
+
+
+def test_bm25_search_ignores_another_model(run, tmp_path, model_dir):
+    corpus = write_tsv(tmp_path / "c.tsv", make_corpus(20))
+    other = write_model(tmp_path / "other", dim=8, seed=3)
+    run("--index-dir", tmp_path / "ix", "index", corpus, "--model", model_dir)
+    args = ("--index-dir", tmp_path / "ix", "--json", "search", make_corpus(20)[4].title)
+    result = run(*args, "--mode", "bm25", "--model", other)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["results"][0]["id"] == "q4"
+    assert run(*args, "--mode", "hybrid", "--model", other).exit_code == 1
+
+
+# -- 9: dead vector rows are reported and reclaimed --------------------------------------------
+
+
+def test_info_counts_dead_rows_and_compact_reclaims_them(run, tmp_path, model_dir, encoder):
+    questions = make_corpus(100)
+    corpus = write_tsv(tmp_path / "c.tsv", questions)
+    for _ in range(3):
+        run("--index-dir", tmp_path / "ix", "index", corpus, "--model", model_dir)
+    details = json.loads(run("--index-dir", tmp_path / "ix", "--json", "info").output)
+    assert (details["vector_rows"], details["dead_vector_rows"]) == (300, 200)
+    reader = EmbeddedBackend(tmp_path / "ix")  # a reader open across the compaction
+    assert vector_mismatches(reader, encoder, questions) == 0
+    result = run("--index-dir", tmp_path / "ix", "--json", "compact")
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["after"] == {"vector_rows": 100, "dead_vector_rows": 0}
+    assert (tmp_path / "ix" / "vectors.f16").stat().st_size == 100 * encoder.dim * 2
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert assert_committed_prefix(b, questions) == 100
+        assert vector_mismatches(b, encoder, questions) == 0
+        assert b.metadata()["model_fingerprint"] == encoder.fingerprint
+    assert vector_mismatches(reader, encoder, questions) == 0
+    reader.close()
+
+
+def test_compaction_keeps_questions_without_vectors(tmp_path):
+    with EmbeddedBackend(tmp_path / "ix", create=True) as b:
+        b.upsert([Question("plain", "w1 w2", "")])
+        b.upsert([Question("v", "w3", "")], np.ones((1, 4), np.float32) / 2)
+        b.upsert([Question("v", "w3", "")], np.ones((1, 4), np.float32) / 2)
+        b.commit()
+        assert b.storage() == {"vector_rows": 2, "dead_vector_rows": 1}
+        b.compact()
+        assert b.count() == 2 and b.storage() == {"vector_rows": 1, "dead_vector_rows": 0}
+        _, has = b.vectors(["plain", "v"])
+        assert has.tolist() == [False, True]
+        assert b.search("w1", 5)[0].id == "plain"
+
+
+def test_a_crash_during_compaction_leaves_a_whole_index(tmp_path, encoder):
+    """Killed at each step of a compaction, the index opens with every question and the
+    right vectors (the old copy or the new one), and a later compaction still works."""
+    questions = make_corpus(200)
+    build(tmp_path / "ix", questions, encoder)
+    build(tmp_path / "ix", questions, encoder)
+    code = """
+import os, sys
+from qres.backends import embedded
+step = int(sys.argv[2])
+calls = []
+real_replace = os.replace
+def replace(a, b):
+    calls.append(1)
+    if len(calls) == step:
+        os._exit(9)
+    real_replace(a, b)
+embedded.os.replace = replace
+with embedded.EmbeddedBackend(sys.argv[1]) as b:
+    b.compact()
+"""
+    for step in (1, 2, 3):  # before the first rename, between the renames, after both
+        proc = python(code, tmp_path / "ix", step)
+        assert proc.returncode in (0, 9), proc.stderr
+        with EmbeddedBackend(tmp_path / "ix") as b:
+            assert assert_committed_prefix(b, questions) == 200
+            assert vector_mismatches(b, encoder, questions) == 0
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        b.compact()
+        assert b.storage() == {"vector_rows": 200, "dead_vector_rows": 0}
