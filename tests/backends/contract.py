@@ -182,3 +182,53 @@ class BackendContract:
             assert reader.metadata()["model_fingerprint"] == "abc"
         finally:
             reader.close()
+
+    def test_rebuild_is_invisible_to_readers_until_finished(self, backend, make_backend):
+        self.fill(backend, vectors=vectors_for(5))
+        backend.begin_rebuild()
+        new = [Question("n1", "Printer not found", "CUPS cannot see it.")]
+        backend.upsert(new, vectors_for(1, seed=3))
+        backend.commit()
+        assert backend.count() == 1  # this object reads the index being built
+        reader = make_backend("contract", reopen=True)
+        try:
+            assert reader.count() == 5 and reader.fetch(["n1"]) == {}
+            backend.finish_rebuild()
+            assert backend.count() == 1
+            assert reader.count() == 1  # the same long-lived reader sees the new index
+            assert reader.fetch(["u1"]) == {} and reader.fetch(["n1"])["n1"] == new[0]
+            got, has = reader.vectors(["n1"])
+            assert has.all()
+            np.testing.assert_allclose(got[0], vectors_for(1, seed=3)[0], atol=1e-3)
+        finally:
+            reader.close()
+
+    def test_aborted_rebuild_leaves_the_index_as_it_was(self, backend, make_backend):
+        self.fill(backend)
+        backend.begin_rebuild()
+        backend.upsert([Question("n1", "Printer not found", "")])
+        backend.commit()
+        backend.abort_rebuild()
+        reader = make_backend("contract", reopen=True)
+        try:
+            assert reader.count() == 5 and reader.fetch(["n1"]) == {}
+        finally:
+            reader.close()
+
+    def test_an_exception_in_a_with_block_discards_the_rebuild(self, backend, make_backend):
+        self.fill(backend)
+        backend.close()
+        with (
+            pytest.raises(RuntimeError, match="boom"),
+            make_backend("contract", reopen=True) as rebuilding,
+        ):
+            rebuilding.begin_rebuild()
+            rebuilding.upsert([Question("n1", "Printer not found", "")])
+            raise RuntimeError("boom")
+        with make_backend("contract", reopen=True) as reader:
+            assert reader.count() == 5
+        with make_backend("contract", reopen=True) as rebuilding:
+            rebuilding.begin_rebuild()
+            rebuilding.upsert([Question("n1", "Printer not found", "")])
+        with make_backend("contract", reopen=True) as reader:
+            assert reader.count() == 1 and reader.fetch(["n1"])
