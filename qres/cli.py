@@ -205,6 +205,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         report = index_questions(
             backend, questions, encoder=encoder, batch_size=batch_size, on_batch=advance
         )
+        compacted = _compact_if_mostly_dead(backend)
         total = backend.count()
     obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
     summary = {
@@ -217,6 +218,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         "docs_per_second": round(report.docs_per_second, 1),
         "index_size": total,
         "vectors": encoder is not None,
+        "compacted_dead_vector_rows": compacted,
         "skipped_examples": stats.problems,
     }
     if obj.as_json:
@@ -228,8 +230,24 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         f"{report.duplicates:,} duplicate ids (last kept), {stats.truncated:,} truncated; "
         f"index now holds {total:,}" + (" with vectors" if encoder else "")
     )
+    if compacted:
+        console.print(f"compacted the index: {compacted:,} dead vector rows reclaimed")
     for problem in stats.problems:
         console.print(f"  skipped: {problem}", highlight=False, markup=False)
+
+
+AUTO_COMPACT_MIN_DEAD_ROWS = 1_000
+
+
+def _compact_if_mostly_dead(backend: Backend) -> int:
+    """Compact when replaced questions' vectors outnumber the live ones (and are at least
+    AUTO_COMPACT_MIN_DEAD_ROWS); returns the dead rows reclaimed (0: no compaction)."""
+    figures = backend.storage()
+    dead = figures.get("dead_vector_rows", 0)
+    if dead < AUTO_COMPACT_MIN_DEAD_ROWS or dead <= figures["vector_rows"] - dead:
+        return 0
+    backend.compact()
+    return dead
 
 
 # -- search -------------------------------------------------------------------------------

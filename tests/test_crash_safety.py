@@ -124,13 +124,14 @@ def test_kill_9_at_20_seeded_points_keeps_a_committed_prefix_with_aligned_vector
 # of the stored question, and that the index always holds the whole corpus.
 READER = """
 import json, random, sys, time
+from pathlib import Path
 import numpy as np
 from qres.backends.embedded import EmbeddedBackend
 from qres.encoder import Encoder
 from qres.search import SearchPipeline
 
-index_dir, model = sys.argv[1], sys.argv[2]
-seconds, seed, n = float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+index_dir, model, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+seed, n = int(sys.argv[4]), int(sys.argv[5])
 encoder = Encoder.load(model)
 rng = random.Random(seed)
 stats = {"searches": 0, "checks": 0, "errors": 0, "first_error": None}
@@ -139,8 +140,8 @@ def error(message):
     stats["first_error"] = stats["first_error"] or message
 backend = EmbeddedBackend(index_dir)
 pipeline = SearchPipeline(backend, encoder)
-end = time.monotonic() + seconds
-while time.monotonic() < end:
+end = time.monotonic() + 90  # a hard bound, should the writer never finish
+while not stop.exists() and time.monotonic() < end:
     try:
         query = f"w{rng.randrange(500)} w{rng.randrange(500)} w{rng.randrange(500)}"
         results = pipeline.search(query, 10, "hybrid")
@@ -158,24 +159,28 @@ while time.monotonic() < end:
 print(json.dumps(stats))
 """
 
-# The writer: re-indexes the corpus (commits every 100), compacting once on the way.
+# The writer: re-indexes the corpus (commits every 100) for at least two rounds and the given
+# seconds, compacting after the first round; then tells the readers to stop.
 WRITER = """
 import sys, time
+from pathlib import Path
 from qres.backends.embedded import EmbeddedBackend
 from qres.corpus import read_corpus
 from qres.encoder import Encoder
 from qres.indexing import index_questions
 
-index_dir, corpus, model, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+index_dir, corpus, model = sys.argv[1], sys.argv[2], sys.argv[3]
+seconds, stop = float(sys.argv[4]), Path(sys.argv[5])
 encoder = Encoder.load(model)
 end, rounds = time.monotonic() + seconds, 0
 with EmbeddedBackend(index_dir) as backend:
-    while time.monotonic() < end:
+    while rounds < 2 or time.monotonic() < end:
         index_questions(backend, read_corpus(corpus), encoder=encoder, batch_size=50,
                         commit_every=100)
         rounds += 1
         if rounds == 1:
             backend.compact()
+stop.touch()
 print(rounds)
 """
 
@@ -194,10 +199,10 @@ def test_readers_beside_a_writer_see_no_errors(world, tmp_path):
     questions, index_dir, seconds = world["questions"], tmp_path / "ix", 8
     proc = python(INDEXER, index_dir, world["corpus"], world["model"], -1)
     assert proc.returncode == 0, proc.stderr
-    writer = _start(WRITER, index_dir, world["corpus"], world["model"], seconds)
+    stop = tmp_path / "stop"
+    writer = _start(WRITER, index_dir, world["corpus"], world["model"], seconds, stop)
     readers = [
-        _start(READER, index_dir, world["model"], seconds, seed, len(questions))
-        for seed in range(2)
+        _start(READER, index_dir, world["model"], stop, seed, len(questions)) for seed in range(2)
     ]
     outputs = [r.communicate(timeout=120) for r in readers]
     rounds, werr = writer.communicate(timeout=120)

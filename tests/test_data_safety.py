@@ -401,3 +401,17 @@ with embedded.EmbeddedBackend(sys.argv[1]) as b:
     with EmbeddedBackend(tmp_path / "ix") as b:
         b.compact()
         assert b.storage() == {"vector_rows": 200, "dead_vector_rows": 0}
+
+
+def test_indexing_compacts_by_itself_once_dead_rows_outnumber_live_ones(
+    run, tmp_path, model_dir, encoder
+):
+    questions = make_corpus(600)
+    corpus = write_tsv(tmp_path / "c.tsv", questions)
+    args = ("--index-dir", tmp_path / "ix", "--json", "index", corpus, "--model", model_dir)
+    reclaimed = [json.loads(run(*args).output)["compacted_dead_vector_rows"] for _ in range(4)]
+    assert reclaimed == [0, 0, 1200, 0]  # 600 live, 1,200 dead: more dead than live
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert b.storage() == {"vector_rows": 1200, "dead_vector_rows": 600}
+        assert assert_committed_prefix(b, questions) == 600
+        assert vector_mismatches(b, encoder, questions) == 0
