@@ -10,6 +10,8 @@ duplicates; commits every ``commit_every`` questions bound what an interruption 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -88,7 +90,11 @@ def index_questions(
         flush()  # Ctrl-C while a batch was being encoded or written: finish that batch
         raise
     finally:
-        backend.commit()
+        if sys.exc_info()[0] is None:
+            backend.commit()
+        else:  # the error that stopped the run is the one to report, not a commit failing after
+            with contextlib.suppress(Exception):  # it for the same cause (a full disk)
+                backend.commit()
     report.indexed -= report.duplicates
     report.seconds = time.perf_counter() - start
     return report

@@ -74,6 +74,7 @@ def test_a_full_disk_ends_in_one_line_and_a_rerun_completes(tmp_path, model_dir,
     proc = python(limited + cli, *args, corpus)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "vectors.f16: cannot write vectors (File too large)" in proc.stderr
     assert "Traceback" not in proc.stderr
     with EmbeddedBackend(index_dir) as b:  # what was there before the full disk is intact
         n = assert_committed_prefix(b, questions)
