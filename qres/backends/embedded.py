@@ -288,7 +288,10 @@ class EmbeddedBackend(Backend):
         staging = _sibling(self.live_path, ".rebuild")
         check_replaceable(staging)
         check_replaceable(_sibling(self.live_path, ".old"))
-        self.acquire_write_lock() if self._index is not None else self._take_lock()
+        if self._index is not None:
+            self.acquire_write_lock()
+        else:  # opened with rebuild=True: the old index is never read
+            self._take_lock()
         self._close_files()
         shutil.rmtree(staging, ignore_errors=True)  # a crashed rebuild's leftovers
         self._init_dir(staging, settings)
