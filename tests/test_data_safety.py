@@ -416,3 +416,26 @@ def test_indexing_compacts_by_itself_once_dead_rows_outnumber_live_ones(
         assert b.storage() == {"vector_rows": 1200, "dead_vector_rows": 600}
         assert assert_committed_prefix(b, questions) == 600
         assert vector_mismatches(b, encoder, questions) == 0
+
+
+def test_files_left_by_a_writer_killed_in_mid_commit_do_not_block_the_next(tmp_path):
+    """kill -9 inside tantivy's commit can leave a deletes file that no commit names; a
+    re-run replays the same operations and would fail creating that file again."""
+    questions = make_corpus(50)
+    with EmbeddedBackend(tmp_path / "a", create=True) as b:
+        b.upsert(questions)
+        b.commit()
+    shutil.copytree(tmp_path / "a", tmp_path / "b")  # b: the state before the crashed commit
+    engine_a, engine_b = tmp_path / "a" / "tantivy", tmp_path / "b" / "tantivy"
+    before = set(os.listdir(engine_a))
+    with EmbeddedBackend(tmp_path / "a") as b:
+        b.upsert(questions[:10])  # replaces some questions: a deletes file for the segment
+        b.commit()
+    left = [n for n in set(os.listdir(engine_a)) - before if n.endswith(".del")]
+    assert left
+    for name in [*left, ".managed.json"]:  # what the crash left: the file, and its record
+        shutil.copy(engine_a / name, engine_b / name)
+    with EmbeddedBackend(tmp_path / "b") as b:
+        b.upsert(questions[:10])
+        b.commit()
+        assert assert_committed_prefix(b, questions) == 50

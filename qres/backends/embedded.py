@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -137,6 +138,8 @@ class EmbeddedBackend(Backend):
         self._vector_fd: int | None = None
         self._vectors: np.ndarray | None = None  # read-only memory map, reopened as it grows
         self._slot_of: dict[str, int] = {}
+        self._reloading = threading.Lock()
+        self._generation = 0
         _complete_interrupted_swap(self.live_path)
         try:
             if rebuild:
@@ -164,26 +167,34 @@ class EmbeddedBackend(Backend):
         self._load_engine()
 
     def _load_engine(self) -> None:
-        """(Re)open tantivy and forget the vector map: after opening or a swap."""
-        self._close_files()
-        self.analyzer = "english" if self._meta["analyzer"] == "english" else None
-        self.title_boost = float(self._meta["title_boost"])
-        self._dtype = np.dtype(self._meta["vector_dtype"])
-        self._vector_path = self.path / (
-            "vectors.f16" if self._dtype == np.float16 else "vectors.f32"
-        )
+        """(Re)open tantivy and forget the vector map: after opening or a swap. Each object
+        is replaced, never emptied, so a search running in another thread finishes with the
+        ones it started with."""
         engine = self.path / "tantivy"
         if not (engine / "meta.json").exists():
             raise BackendError(
                 f"{self.path} is damaged: {engine / 'meta.json'} is missing; "
                 "re-index with `qres index CORPUS --rebuild`"
             )
-        self._identity = _identity(self.path)
-        self._index = self._open_tantivy(engine)
-        self._schema = self._index.schema
-        self._index.register_tokenizer(
+        identity = _identity(self.path)  # taken first: a swap while we open shows next call
+        old_view, self._view = self._view, None
+        index = self._open_tantivy(engine)
+        index.register_tokenizer(
             _TERMS_ANALYZER, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
         )
+        self.analyzer = "english" if self._meta["analyzer"] == "english" else None
+        self.title_boost = float(self._meta["title_boost"])
+        self._dtype = np.dtype(self._meta["vector_dtype"])
+        self._vector_path = self.path / (
+            "vectors.f16" if self._dtype == np.float16 else "vectors.f32"
+        )
+        self._generation += 1  # odd while the objects are being replaced (a seqlock)
+        self._schema, self._index = index.schema, index
+        self._vectors, self._slot_of = None, {}
+        self._identity = identity
+        self._generation += 1
+        if old_view is not None:
+            shutil.rmtree(old_view, ignore_errors=True)
 
     def _open_tantivy(self, engine: Path) -> tantivy.Index:
         if os.access(engine, os.W_OK):
@@ -234,8 +245,10 @@ class EmbeddedBackend(Backend):
         if self._index is None:
             raise BackendError(f"the index at {self.live_path} is not open")
         if not self._rebuilding and self._lock is None and self._replaced():
-            self._meta = _read_meta(self.path / "meta.json")
-            self._load_engine()
+            with self._reloading:  # one thread reopens; the others then see it done
+                if self._replaced():
+                    self._meta = _read_meta(self.path / "meta.json")
+                    self._load_engine()
 
     # -- the writer's lock ---------------------------------------------------------------------
 
@@ -379,9 +392,13 @@ class EmbeddedBackend(Backend):
         if self._writer is None:
             self.acquire_write_lock()
             try:
-                self._writer = self._index.writer(_WRITER_HEAP, 1)
+                writer = self._index.writer(_WRITER_HEAP, 1)
+                # A writer killed in mid-commit leaves files no commit names; replaying the
+                # same operations would try to create them again ("FileAlreadyExists").
+                writer.garbage_collect_files()
             except ValueError as err:
                 raise BackendError(f"{self.path}: cannot write the index ({err})") from None
+            self._writer = writer
         return self._writer
 
     def _row_bytes(self) -> int:
@@ -543,11 +560,14 @@ class EmbeddedBackend(Backend):
         return self._vectors
 
     def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        self._follow_swaps()
-        out = self._read_vectors(ids)
-        if self._lock is None and self._replaced():  # swapped while we read: read again
+        for _ in range(5):
             self._follow_swaps()
+            generation = self._generation
             out = self._read_vectors(ids)
+            # Read again if the index was swapped or reopened (another thread) meanwhile.
+            unchanged = generation == self._generation and generation % 2 == 0
+            if unchanged and not (self._lock is None and self._replaced()):
+                break
         return out
 
     def _read_vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
