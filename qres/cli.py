@@ -54,8 +54,32 @@ class Context:
         click.echo(json.dumps(payload, indent=2, default=str))
 
 
+# Commands defined in other modules, imported only when run or listed: `qres search` on the
+# embedded backend must not pay for the Elasticsearch client (Kibana) or the training code.
+LAZY_COMMANDS = {
+    "download": "qres.download:download_command",
+    "kibana-setup": "qres.kibana:kibana_setup",
+    "tags": "qres.tags:tags_command",
+    "train": "qres.training.commands:train",
+    "export-onnx": "qres.training.commands:export_onnx",
+}
+
+
 class QresGroup(click.Group):
-    """Turns the errors users can act on into one line instead of a traceback."""
+    """Turns the errors users can act on into one line instead of a traceback; loads the
+    commands of :data:`LAZY_COMMANDS` on first use."""
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx, cmd_name):
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in LAZY_COMMANDS:
+            import importlib
+
+            module, attr = LAZY_COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(module), attr)
+        return command
 
     def invoke(self, ctx):
         try:
@@ -810,18 +834,6 @@ def serve(
         )
 
 
-def _register_optional_commands() -> None:
-    """Commands that live in other modules (none of them imports torch at import time)."""
-    from qres.download import download_command
-    from qres.kibana import kibana_setup
-    from qres.tags import tags_command
-    from qres.training.commands import export_onnx, train
-
-    for command in (download_command, kibana_setup, tags_command, train, export_onnx):
-        cli.add_command(command)
-
-
 def main() -> None:
-    _register_optional_commands()
     signal.signal(signal.SIGTERM, _raise_terminated)
     cli()

@@ -22,9 +22,8 @@ def run(tmp_path, monkeypatch):
     """Invoke the ``qres`` command line as a user would, with a private QRES_HOME."""
     from click.testing import CliRunner
 
-    from qres.cli import _register_optional_commands, cli
+    from qres.cli import cli
 
-    _register_optional_commands()
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("QRES_BACKEND", raising=False)
     runner = CliRunner()
