@@ -1,15 +1,20 @@
-"""Indexing throughput and single-query latency of a backend, as JSON.
+"""Single-query latency of a backend, beside bm25s in the same process, as JSON.
 
-    python benchmarks/search_latency.py --docs 100000 [--model MODEL_DIR] [--queries 1000]
-    python benchmarks/search_latency.py --backend elasticsearch --docs 100000 --model MODEL_DIR
+    python benchmarks/search_latency.py --docs 100000 [--model qres/models/default]
+                                        [--queries 1000] [--k 10]
+    python benchmarks/search_latency.py --backend elasticsearch --docs 100000 --model DIR
 
 ``--backend elasticsearch`` uses the cluster of QRES_ES_URL (QRES_ES_USER, QRES_ES_PASSWORD)
 and a throw-away index ``qres-bench-<random>``, deleted at the end.
 
-Builds a synthetic corpus (benchmarks/synthetic.py) in a temporary index, then times
-single queries through the production SearchPipeline: top-100 BM25, and with a model
-also dense and hybrid (BM25 top-100 rescored). Each query is timed alone, after 50 warm-up
-queries; the first measurement of the index build includes encoding when a model is given.
+Builds a synthetic corpus (benchmarks/synthetic.py) in a temporary index, then times single
+queries through the production SearchPipeline: BM25 top-k, and with a model also dense and
+hybrid (BM25 top-100 rescored). When the ``bm25s`` package is installed (the ``bench``
+extra) the same corpus is indexed by bm25s as title twice + body, tokenised by qres's own
+analyzer (:func:`qres.text.bm25_terms`), with tantivy's k1 = 1.2 and b = 0.75, and every
+query is timed on each engine in turn, so both see the same machine load; the ratios
+(``qres_bm25_over_bm25s_p50``) are the figures to compare across loaded machines. Each mode
+runs 50 warm-up queries first.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from qres.backends import BACKENDS, BackendError, open_backend  # noqa: E402
 from qres.indexing import index_questions  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 from qres.search import SearchPipeline  # noqa: E402
+from qres.text import bm25_terms  # noqa: E402
 
 
 def machine() -> dict:
@@ -41,14 +47,48 @@ def machine() -> dict:
         "cpu_count": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
+
+
+def summary(times_ms: list[float]) -> dict:
+    return {
+        "p50_ms": round(float(np.percentile(times_ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(times_ms, 99)), 3),
+        "mean_ms": round(float(np.mean(times_ms)), 3),
+    }
+
+
+class Bm25s:
+    """bm25s over the same questions: title twice + body, qres's analyzer."""
+
+    def __init__(self, questions, analyzer: str | None):
+        import bm25s
+
+        self.analyzer, self.ids = analyzer, [q.id for q in questions]
+        corpus = [
+            2 * bm25_terms(q.title, analyzer) + bm25_terms(q.body, analyzer) for q in questions
+        ]
+        self.model = bm25s.BM25(k1=1.2, b=0.75)
+        self.model.index(corpus, show_progress=False)
+        self.version = bm25s.__version__
+
+    def search(self, text: str, k: int) -> list[str]:
+        terms = dict.fromkeys(bm25_terms(text, self.analyzer))  # distinct, as qres searches
+        known = [t for t in terms if t in self.model.vocab_dict]
+        if not known:  # bm25s refuses a query with no indexed term
+            return []
+        rows, _ = self.model.retrieve([known], k=k, show_progress=False, n_threads=1)
+        return [self.ids[i] for i in rows[0]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--k", type=int, default=10, help="results per query")
     parser.add_argument("--model", type=Path, help="model dir: also time dense and hybrid")
+    parser.add_argument("--no-bm25s", action="store_true", help="skip the bm25s comparison")
     parser.add_argument("--data-dir", type=Path, default=repo_shared_data())
     parser.add_argument("--index-dir", type=Path, help="keep the index here (default: temp)")
     parser.add_argument("--backend", choices=BACKENDS, default="embedded")
@@ -73,35 +113,51 @@ def main() -> None:
 
 
 def run(args, backend, encoder, forum, workdir: Path) -> dict:
-    report = index_questions(backend, forum.questions(args.docs), encoder=encoder, batch_size=512)
+    questions = list(forum.questions(args.docs))
+    report = index_questions(backend, questions, encoder=encoder)
     index_bytes = sum(f.stat().st_size for f in (workdir / "index").rglob("*") if f.is_file())
+
+    other = None
+    if not args.no_bm25s:
+        try:
+            start = time.perf_counter()
+            other = Bm25s(questions, getattr(backend, "analyzer", "english"))
+            other_index_s = time.perf_counter() - start
+        except ImportError:
+            print("bm25s not installed (pip install -e '.[bench]'): no comparison", file=sys.stderr)
+    del questions
 
     pipeline = SearchPipeline(backend, encoder)
     queries = forum.query_texts(args.queries)
     modes = ["bm25"] + (["dense", "hybrid"] if encoder else [])
-    latency = {}
-    for mode in modes:
+    engines = {mode: (lambda t, m=mode: pipeline.search(t, args.k, m)) for mode in modes}
+    if other is not None:
+        engines["bm25s"] = lambda t: other.search(t, args.k)
+    for run in engines.values():
         for text in queries[:50]:
-            pipeline.search(text, 10, mode)
-        times = []
-        for text in queries:
+            run(text)
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    names = list(engines)
+    # Each query on every engine in turn, so all see the same load; the engine that goes
+    # first rotates, so none always pays for bringing the query's data into the CPU caches.
+    for i, text in enumerate(queries):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            run = engines[name]
             start = time.perf_counter()
-            pipeline.search(text, 10, mode)
-            times.append((time.perf_counter() - start) * 1000)
-        latency[mode] = {
-            "p50_ms": round(float(np.percentile(times, 50)), 3),
-            "p99_ms": round(float(np.percentile(times, 99)), 3),
-            "mean_ms": round(float(np.mean(times)), 3),
-        }
+            run(text)
+            times[name].append((time.perf_counter() - start) * 1000)
+    latency = {name: summary(t) for name, t in times.items()}
+
     result = {
         "benchmark": "search_latency",
         "backend": args.backend,
         "machine": machine(),
         "corpus": {"questions": args.docs, "kind": "synthetic, SemEval word distribution"},
+        "k": args.k,
         "candidates": pipeline.candidates,
         "queries": len(queries),
         "model": None if encoder is None else encoder.card.get("architecture", str(args.model)),
-        "providers": None if encoder is None else encoder.providers,
+        "query_providers": None if encoder is None else encoder.query_providers,
         "indexing": {
             "seconds": round(report.seconds, 1),
             "docs_per_second": round(report.docs_per_second, 1),
@@ -114,6 +170,23 @@ def run(args, backend, encoder, forum, workdir: Path) -> dict:
         result["hybrid_over_bm25_p50"] = round(
             latency["hybrid"]["p50_ms"] / latency["bm25"]["p50_ms"], 2
         )
+    if other is not None:
+        overlap = []
+        for text in queries:
+            mine = {r.id for r in pipeline.search(text, args.k, "bm25")}
+            theirs = set(other.search(text, args.k))
+            if mine or theirs:
+                overlap.append(len(mine & theirs) / max(len(mine), len(theirs)))
+        result["bm25s"] = {
+            "version": other.version,
+            "index_seconds": round(other_index_s, 1),
+            "corpus": "title x2 + body, qres bm25_terms tokens, k1=1.2 b=0.75",
+            f"top{args.k}_overlap_with_qres_bm25": round(float(np.mean(overlap)), 3),
+        }
+        for stat in ("p50_ms", "p99_ms"):
+            result[f"qres_bm25_over_bm25s_{stat[:3]}"] = round(
+                latency["bm25"][stat] / latency["bm25s"][stat], 2
+            )
     return result
 
 

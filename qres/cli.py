@@ -39,10 +39,14 @@ COMMITTED_IS_KEPT = "everything committed before this point is kept"
 
 
 class Context:
-    def __init__(self, index_dir: Path, backend: str | None, as_json: bool):
+    def __init__(self, index_dir: Path, backend: str | None, as_json: bool, device: str | None):
         self.index_dir, self.backend_name, self.as_json = index_dir, backend, as_json
         # What an interruption (Ctrl-C, SIGTERM) leaves behind, said when it happens.
         self.on_interrupt = COMMITTED_IS_KEPT
+        self.device = device
+
+    def load_encoder(self, model_dir: Path):
+        return _load_encoder(model_dir, self.device)
 
     def open(self, create: bool = False, index_dir: Path | None = None, **settings) -> Backend:
         return open_backend(self.backend_name, index_dir or self.index_dir, create, **settings)
@@ -122,9 +126,16 @@ def _raise_terminated(_signum, _frame):
     help="Search backend [default: $QRES_BACKEND or embedded].",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default=None,
+    help="Where the encoder runs: auto = single queries on the CPU, bulk encoding (index, "
+    "evaluate) on CUDA when usable [default: $QRES_DEVICE or auto].",
+)
 @click.version_option(package_name="qres")
 @click.pass_context
-def cli(ctx, index_dir, backend, as_json):
+def cli(ctx, index_dir, backend, as_json, device):
     """qres finds the forum questions already asked that mean the same as a new one.
 
     \b
@@ -133,7 +144,7 @@ def cli(ctx, index_dir, backend, as_json):
       qres search "boot ubuntu from usb"           # BM25 candidates, dense rescoring
       qres evaluate --dataset semeval2016 --split dev --ranker bm25
     """
-    ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json)
+    ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)
 
 
 def json_option(command):
@@ -210,7 +221,7 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
     """
     from qres.indexing import check_keeps_vectors, index_questions, search_encoder
 
-    encoder = search_encoder(model) if model else None
+    encoder = search_encoder(model, obj.device) if model else None
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
@@ -277,10 +288,10 @@ def _compact_if_mostly_dead(backend: Backend) -> int:
 # -- search -------------------------------------------------------------------------------
 
 
-def _load_encoder(model_dir: Path):
-    from qres.encoder import Encoder
+def _load_encoder(model_dir: Path, device: str | None = None):
+    from qres.encoder import Encoder, Runtime
 
-    return Encoder.load(model_dir)
+    return Encoder.load(model_dir, runtime=Runtime.from_env(device))
 
 
 @cli.command()
@@ -333,7 +344,7 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
             raise BackendError(
                 "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
             )
-        pipeline = SearchPipeline.for_index(backend, model, mode, candidates)
+        pipeline = SearchPipeline.for_index(backend, model, mode, candidates, device=obj.device)
         mode = pipeline.mode
         started = time.perf_counter()
         results = pipeline.search(text, k, mode)
@@ -505,7 +516,7 @@ def evaluate(
             "bow-cnn needs --model DIR of a BOW-CNN export", param_hint="--ranker"
         )
     wants_vectors = any(r in ("dense", "hybrid") for r in rankers)
-    encoder = _load_encoder(model) if model and (wants_vectors or not bowcnn) else None
+    encoder = obj.load_encoder(model) if model and (wants_vectors or not bowcnn) else None
     if wants_vectors and encoder is None:
         raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
     scorer = BowCnnScorer.load(model) if "bow-cnn" in rankers else None
@@ -616,7 +627,7 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
     from qres.datasets import default_data_dir
     from qres.fusion import tune_fusion
 
-    encoder = _load_encoder(model)
+    encoder = obj.load_encoder(model)
     data_dir = data_dir or default_data_dir()
     index_dir = paths.home() / "eval" / f"semeval2016-{encoder.fingerprint[:16]}"
     with obj.open(
@@ -643,14 +654,23 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
 @json_option
 @click.pass_obj
 def info(obj: Context):
-    """Show the index (size, analyzer, model, vectors) and the runtime (ONNX providers)."""
+    """Show the index (size, analyzer, model, vectors) and the runtime (ONNX providers).
+
+    \b
+    Example:
+      qres info
+      qres --device cuda info --json   # is the GPU usable, and if not, why
+    """
     import onnxruntime
+
+    from qres.encoder import Runtime, provider_status
 
     details = {
         "qres_home": str(paths.home()),
         "backend": obj.open_backend_name(),
         "onnxruntime": onnxruntime.__version__,
-        "onnx_providers_available": onnxruntime.get_available_providers(),
+        "onnx_providers": provider_status(),
+        "device": Runtime.from_env(obj.device).device,
     }
     if obj.open_backend_name() == "embedded":  # Elasticsearch: the connection tells where
         details["index_dir"] = str(obj.index_dir)
@@ -664,7 +684,7 @@ def info(obj: Context):
                 details["connection"] = connection
             model_dir = backend.metadata().get("model_dir")
             if model_dir:
-                details["model"] = _describe_model(Path(model_dir))
+                details["model"] = _describe_model(Path(model_dir), obj.device)
     except BackendError as err:
         details["index"] = str(err)
     if obj.as_json:
@@ -676,9 +696,9 @@ def info(obj: Context):
     stdout.print(table)
 
 
-def _describe_model(model_dir: Path) -> dict:
+def _describe_model(model_dir: Path, device: str | None) -> dict:
     try:
-        encoder = _load_encoder(model_dir)
+        encoder = _load_encoder(model_dir, device)
     except EncoderError as err:  # the index is still worth reporting
         return {"dir": str(model_dir), "error": str(err)}
     return {
@@ -686,7 +706,8 @@ def _describe_model(model_dir: Path) -> dict:
         "architecture": encoder.card.get("architecture"),
         "dim": encoder.dim,
         "fingerprint": encoder.fingerprint,
-        "execution_providers": encoder.providers,
+        "execution_providers": encoder.providers,  # bulk encoding
+        "query_execution_providers": encoder.query_providers,
     }
 
 

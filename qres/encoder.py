@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,17 +56,173 @@ def graph_files(card: dict) -> list[str]:
     return list(dict.fromkeys([graphs["title"], graphs["body"]]))
 
 
-def _default_providers(ort) -> list[str]:
-    available = ort.get_available_providers()
-    return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
+DEVICES = ("auto", "cpu", "cuda")
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+# Fewer questions than this are encoded on the query session (CPU by default): a GPU's
+# transfer and launch cost outweighs its speed for a handful of short sequences.
+SMALL_BATCH = 16
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise EncoderError(f"${name} must be a whole number >= 0, not {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How the ONNX sessions run. ``from_env`` reads each setting from the environment.
+
+    * ``device`` (``$QRES_DEVICE``): ``auto`` encodes single queries on the CPU and bulk work
+      (indexing, evaluation) on CUDA when onnxruntime has a usable CUDA provider; ``cpu`` or
+      ``cuda`` put both on that device.
+    * ``query_threads`` (``$QRES_QUERY_THREADS``, default 1): intra-op threads of the query
+      session. One query is a few small matrix products; more threads mostly wait.
+    * ``bulk_threads`` (``$QRES_BULK_THREADS``, default 0 = one per core): of the bulk CPU
+      session.
+    * ``spinning`` (``$QRES_ONNX_SPINNING=1``): let idle onnxruntime threads busy-wait for
+      the next run. Off by default: spinning threads take the CPU from the rest of a query
+      (tantivy, ranking) and from the other indexing stages.
+    """
+
+    device: str = "auto"
+    query_threads: int = 1
+    bulk_threads: int = 0
+    spinning: bool = False
+
+    @classmethod
+    def from_env(cls, device: str | None = None) -> Runtime:
+        device = (device or os.environ.get("QRES_DEVICE") or "auto").strip().lower()
+        if device not in DEVICES:
+            raise EncoderError(f"unknown device {device!r} (one of {', '.join(DEVICES)})")
+        return cls(
+            device=device,
+            query_threads=_env_int("QRES_QUERY_THREADS", 1),
+            bulk_threads=_env_int("QRES_BULK_THREADS", 0),
+            spinning=os.environ.get("QRES_ONNX_SPINNING", "0").strip() == "1",
+        )
+
+    def session_options(self, ort, threads: int):
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # warnings about constant folding are not the user's
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        spin = "1" if self.spinning else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        options.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        return options
+
+    def providers(self, ort, bulk: bool) -> list[str]:
+        """Execution providers of the bulk or the query session."""
+        available = ort.get_available_providers()
+        if self.device == "cuda":
+            if CUDA not in available:
+                raise EncoderError(f"device cuda: {cuda_unavailable_reason(ort)}")
+            return [CUDA, CPU]
+        if self.device == "auto" and bulk and CUDA in available:
+            return [CUDA, CPU]
+        return [CPU]
+
+
+# onnxruntime and onnxruntime-gpu install the same `onnxruntime` package directory, so the
+# one installed last wins and uninstalling either breaks the other. qres depends on the CPU
+# build (every install can serve); the `gpu` extra adds the CUDA build, which must then
+# replace the CPU one's files:
+GPU_INSTALL = (
+    "pip install 'qres[gpu]' && pip uninstall -y onnxruntime "
+    "&& pip install --force-reinstall --no-deps onnxruntime-gpu"
+)
+
+
+def onnxruntime_builds() -> set[str]:
+    """Which of the distributions onnxruntime and onnxruntime-gpu are installed."""
+    from importlib import metadata
+
+    found = set()
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            metadata.version(dist)
+            found.add(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def cuda_unavailable_reason(ort) -> str:
+    """Why onnxruntime offers no CUDA provider, in one sentence."""
+    builds = onnxruntime_builds()
+    if "onnxruntime-gpu" not in builds:
+        return f"onnxruntime {ort.__version__} is the CPU build: {GPU_INSTALL}"
+    if "onnxruntime" in builds:
+        return (
+            "onnxruntime and onnxruntime-gpu are both installed and the CPU build's files "
+            "won: pip uninstall -y onnxruntime && pip install --force-reinstall --no-deps "
+            "onnxruntime-gpu"
+        )
+    return "onnxruntime-gpu is installed but offers no CUDA provider"
+
+
+def provider_status() -> dict[str, str]:
+    """Each execution provider qres can use: "usable", or why not (for `qres info`)."""
+    import onnxruntime as ort
+
+    status = {CPU: "usable"}
+    if CUDA not in ort.get_available_providers():
+        status[CUDA] = cuda_unavailable_reason(ort)
+        return status
+    # Listed is not usable: the provider loads the CUDA libraries only when a session starts
+    # and falls back to the CPU if they are missing. Try a real session on the bundled model.
+    probe = Path(__file__).resolve().parent / "models" / "default" / "model.onnx"
+    try:
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        session = ort.InferenceSession(str(probe), options, providers=[CUDA, CPU])
+        used = session.get_providers()
+    except Exception as err:  # onnxruntime raises its own exception types
+        used, detail = [], str(err).strip().splitlines()[:1]
+    else:
+        detail = []
+    if used[:1] == [CUDA]:
+        status[CUDA] = "usable"
+        if "onnxruntime" in onnxruntime_builds():
+            status[CUDA] += (
+                " (onnxruntime is installed beside onnxruntime-gpu: uninstalling either "
+                "breaks the other; pip uninstall -y onnxruntime && pip install "
+                "--force-reinstall --no-deps onnxruntime-gpu)"
+            )
+    else:
+        status[CUDA] = (
+            "onnxruntime-gpu is installed but a CUDA session could not start (no GPU, or the "
+            "CUDA 12/cuDNN 9 libraries are not on LD_LIBRARY_PATH)"
+            + (f": {detail[0]}" if detail else "")
+        )
+    return status
 
 
 class Encoder:
-    """One onnxruntime session per graph, created once; thread-safe to call."""
+    """ONNX sessions per graph, created once; thread-safe to call.
 
-    def __init__(self, model_dir: Path, card: dict, vocab: Vocab, sessions: dict):
+    Single queries (and batches under :data:`SMALL_BATCH`) run on the query sessions, bulk
+    work on the bulk sessions, made on first use; see :class:`Runtime` for where each runs.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        card: dict,
+        vocab: Vocab,
+        sessions: dict,
+        make_bulk: Callable[[], dict] | None = None,
+    ):
         self.model_dir, self._card, self.vocab = model_dir, card, vocab
         self._sessions = sessions  # {"title": session, "body": session (maybe the same)}
+        self._make_bulk = make_bulk
+        self._bulk: dict | None = None if make_bulk else sessions
+        self._lock = threading.Lock()
         self.title_max = int(card["max_title_tokens"])
         self.body_max = int(card["max_body_tokens"])
 
@@ -73,19 +232,26 @@ class Encoder:
         model_dir: str | Path,
         providers: Sequence[str] | None = None,
         threads: int | None = None,
+        runtime: Runtime | None = None,
     ) -> Encoder:
         """The encoder of a model directory, verified by :func:`qres.model.open_model`."""
         from qres.model import open_model  # qres.model reads cards with this module's helpers
 
-        return cls.from_model(open_model(model_dir), providers, threads)
+        return cls.from_model(open_model(model_dir), providers, threads, runtime)
 
     @classmethod
     def from_model(
-        cls, model, providers: Sequence[str] | None = None, threads: int | None = None
+        cls,
+        model,
+        providers: Sequence[str] | None = None,
+        threads: int | None = None,
+        runtime: Runtime | None = None,
     ) -> Encoder:
-        """The encoder of an opened :class:`qres.model.Model`. ``threads``: onnxruntime
-        threads per call (default: one per core); a server running many calls at once gives
-        each one thread, so they do not fight over the cores."""
+        """The encoder of an opened :class:`qres.model.Model`. ``providers`` pins every
+        session to those execution providers; otherwise ``runtime`` (default
+        :meth:`Runtime.from_env`) decides where queries and bulk work run. ``threads``
+        overrides the runtime's onnxruntime threads per call: a server running many calls
+        at once gives each one thread, so they do not fight over the cores."""
         import onnxruntime as ort
 
         model_dir, card = model.path, model.card
@@ -94,26 +260,47 @@ class Encoder:
             vocab = Vocab.load(model_dir / VOCAB_FILE)
         except VocabError as err:
             raise EncoderError(str(err)) from None
-        options = ort.SessionOptions()
-        options.log_severity_level = 3  # warnings about constant folding are not the user's
+        runtime = runtime or Runtime.from_env()
         if threads is not None:
-            options.intra_op_num_threads = options.inter_op_num_threads = threads
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        chosen = list(providers) if providers else _default_providers(ort)
-        built = {}
-        for name in files:
-            try:
-                built[name] = ort.InferenceSession(
-                    str(model_dir / name), sess_options=options, providers=chosen
-                )
-            except Exception as err:  # onnxruntime raises its own exception types
-                first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                raise EncoderError(
-                    f"{model_dir / name}: cannot load the ONNX graph ({first_line})"
-                ) from None
-        graphs = card["graphs"]
-        sessions = {"title": built[graphs["title"]], "body": built[graphs["body"]]}
-        return cls(model_dir, card, vocab, sessions)
+            runtime = replace(runtime, query_threads=threads, bulk_threads=threads)
+
+        def sessions(chosen: list[str], threads: int) -> dict:
+            options = runtime.session_options(ort, threads)
+            built = {}
+            for name in files:
+                try:
+                    built[name] = ort.InferenceSession(
+                        str(model_dir / name), sess_options=options, providers=chosen
+                    )
+                except Exception as err:  # onnxruntime raises its own exception types
+                    first_line = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                    raise EncoderError(
+                        f"{model_dir / name}: cannot load the ONNX graph ({first_line})"
+                    ) from None
+            graphs = card["graphs"]
+            return {"title": built[graphs["title"]], "body": built[graphs["body"]]}
+
+        if providers:
+            return cls(model_dir, card, vocab, sessions(list(providers), runtime.bulk_threads))
+        query_providers = runtime.providers(ort, bulk=False)
+        bulk_providers = runtime.providers(ort, bulk=True)
+        query = sessions(query_providers, runtime.query_threads)
+        if bulk_providers == query_providers and runtime.query_threads == runtime.bulk_threads:
+            return cls(model_dir, card, vocab, query)
+        return cls(
+            model_dir,
+            card,
+            vocab,
+            query,
+            make_bulk=lambda: sessions(bulk_providers, runtime.bulk_threads),
+        )
+
+    def _bulk_sessions(self) -> dict:
+        if self._bulk is None:
+            with self._lock:
+                if self._bulk is None:
+                    self._bulk = self._make_bulk()
+        return self._bulk
 
     @property
     def dim(self) -> int:
@@ -129,12 +316,23 @@ class Encoder:
 
     @property
     def providers(self) -> list[str]:
+        """Execution providers of bulk encoding (creates the bulk session)."""
+        return list(self._bulk_sessions()["title"].get_providers())
+
+    @property
+    def query_providers(self) -> list[str]:
         return list(self._sessions["title"].get_providers())
 
-    def encode_ids(self, sequences: Sequence[Sequence[int]], field: str, batch_size: int = 256):
+    def encode_ids(
+        self,
+        sequences: Sequence[Sequence[int]],
+        field: str,
+        batch_size: int = 256,
+        bulk: bool = True,
+    ):
         """Unit vectors [n, dim] of token-id sequences; an empty sequence gives zeros."""
         out = np.zeros((len(sequences), self.dim), dtype=np.float32)
-        session = self._sessions[field]
+        session = (self._bulk_sessions() if bulk else self._sessions)[field]
         # Similar lengths share a batch so little time goes on padding.
         order = sorted((i for i, s in enumerate(sequences) if s), key=lambda i: len(sequences[i]))
         for start in range(0, len(order), batch_size):
@@ -149,8 +347,9 @@ class Encoder:
             self.vocab.encode_question(q.title, q.body, self.title_max, self.body_max)
             for q in questions
         ]
-        titles = self.encode_ids([t for t, _ in encoded], "title", batch_size)
-        bodies = self.encode_ids([b for _, b in encoded], "body", batch_size)
+        bulk = len(questions) >= SMALL_BATCH
+        titles = self.encode_ids([t for t, _ in encoded], "title", batch_size, bulk)
+        bodies = self.encode_ids([b for _, b in encoded], "body", batch_size, bulk)
         return _normalize(titles + bodies)
 
     def encode_query(self, text: str) -> np.ndarray:

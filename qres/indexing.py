@@ -122,14 +122,15 @@ def _record_model(backend: Backend, encoder) -> None:
     )
 
 
-def search_encoder(model_dir: str | Path):
-    """The encoder of a model whose score search can compute (not a BOW-CNN's)."""
-    from qres.encoder import Encoder
+def search_encoder(model_dir: str | Path, device: str | None = None):
+    """The encoder of a model whose score search can compute (not a BOW-CNN's); ``device``
+    as for :meth:`qres.encoder.Runtime.from_env`."""
+    from qres.encoder import Encoder, Runtime
     from qres.model import open_model
 
     model = open_model(model_dir)
     model.require_search_scorer()
-    return Encoder.from_model(model)
+    return Encoder.from_model(model, runtime=Runtime.from_env(device))
 
 
 def check_keeps_vectors(backend: Backend, encoder) -> None:

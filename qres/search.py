@@ -113,10 +113,12 @@ class SearchPipeline:
         mode: str | None = None,
         candidates: int = DEFAULT_CANDIDATES,
         threads: int | None = None,
+        device: str | None = None,
     ) -> SearchPipeline:
         """A pipeline over an open ``backend``: ``model`` or, unless ``mode`` is bm25, the
         model the index was built with, and the fusion weights saved with that model
-        (``threads``: onnxruntime threads per encoding, see :meth:`Encoder.from_model`)."""
+        (``threads``: onnxruntime threads per encoding, see :meth:`Encoder.from_model`;
+        ``device`` as for :meth:`qres.encoder.Runtime.from_env`)."""
         meta = backend.metadata()
         if mode == "bm25":  # BM25 needs no model: whatever ``model`` names is not loaded
             model = None
@@ -126,12 +128,13 @@ class SearchPipeline:
             if mode in ("dense", "hybrid"):
                 raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
             return cls(backend, candidates=candidates, mode="bm25")
-        from qres.encoder import Encoder
+        from qres.encoder import Encoder, Runtime
         from qres.model import open_model
 
         loaded = open_model(model)
         loaded.require_search_scorer()
-        encoder = Encoder.from_model(loaded, threads=threads)
+        runtime = Runtime.from_env(device)
+        encoder = Encoder.from_model(loaded, threads=threads, runtime=runtime)
         return cls(backend, encoder, Fusion.for_model(loaded), candidates, mode or "hybrid")
 
     def close(self) -> None:

@@ -1,0 +1,109 @@
+"""Where and how the ONNX sessions run: threads, spinning, device and provider choice.
+
+No GPU is needed: the CUDA branches are checked against a stand-in for the onnxruntime
+module that lists (or does not list) the CUDA provider.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from qres import encoder as enc
+from qres.corpus import Question
+from qres.encoder import CPU, CUDA, Encoder, EncoderError, Runtime
+
+MODEL = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
+
+
+def fake_ort(*providers):
+    return SimpleNamespace(get_available_providers=lambda: list(providers), __version__="9.9")
+
+
+def test_runtime_reads_the_environment(monkeypatch):
+    for name in ("QRES_DEVICE", "QRES_QUERY_THREADS", "QRES_BULK_THREADS", "QRES_ONNX_SPINNING"):
+        monkeypatch.delenv(name, raising=False)
+    assert Runtime.from_env() == Runtime("auto", 1, 0, False)
+    monkeypatch.setenv("QRES_DEVICE", "CPU")
+    monkeypatch.setenv("QRES_QUERY_THREADS", "2")
+    monkeypatch.setenv("QRES_BULK_THREADS", "3")
+    monkeypatch.setenv("QRES_ONNX_SPINNING", "1")
+    assert Runtime.from_env() == Runtime("cpu", 2, 3, True)
+    assert Runtime.from_env("cuda").device == "cuda"  # --device beats $QRES_DEVICE
+    monkeypatch.setenv("QRES_DEVICE", "gpu")
+    with pytest.raises(EncoderError, match="unknown device 'gpu'"):
+        Runtime.from_env()
+    monkeypatch.setenv("QRES_DEVICE", "cpu")
+    monkeypatch.setenv("QRES_QUERY_THREADS", "two")
+    with pytest.raises(EncoderError, match=r"\$QRES_QUERY_THREADS must be a whole number"):
+        Runtime.from_env()
+
+
+def test_queries_stay_on_the_cpu_and_bulk_work_goes_to_cuda_when_offered():
+    gpu, cpu_only = fake_ort(CUDA, CPU), fake_ort(CPU)
+    auto = Runtime("auto")
+    assert auto.providers(gpu, bulk=False) == [CPU]
+    assert auto.providers(gpu, bulk=True) == [CUDA, CPU]
+    assert auto.providers(cpu_only, bulk=True) == [CPU]
+    assert Runtime("cpu").providers(gpu, bulk=True) == [CPU]
+    assert Runtime("cuda").providers(gpu, bulk=False) == [CUDA, CPU]
+    with pytest.raises(EncoderError, match="device cuda: onnxruntime 9.9 is the CPU build"):
+        Runtime("cuda").providers(cpu_only, bulk=True)
+
+
+@pytest.mark.parametrize(
+    ("builds", "expected"),
+    [
+        ({"onnxruntime"}, "is the CPU build: pip install 'qres[gpu]'"),
+        ({"onnxruntime", "onnxruntime-gpu"}, "both installed"),
+        ({"onnxruntime-gpu"}, "offers no CUDA provider"),
+    ],
+)
+def test_why_cuda_is_not_usable(monkeypatch, builds, expected):
+    monkeypatch.setattr(enc, "onnxruntime_builds", lambda: builds)
+    assert expected in enc.cuda_unavailable_reason(fake_ort(CPU))
+
+
+def test_provider_status_on_this_machine():
+    import onnxruntime
+
+    status = enc.provider_status()
+    assert status[CPU] == "usable"
+    if CUDA not in onnxruntime.get_available_providers():
+        assert status[CUDA] == enc.cuda_unavailable_reason(onnxruntime)
+
+
+def test_sessions_use_the_configured_threads_and_do_not_spin():
+    encoder = Encoder.load(MODEL, runtime=Runtime("cpu", query_threads=1, bulk_threads=2))
+    query = encoder._sessions["title"].get_session_options()
+    assert query.intra_op_num_threads == 1
+    assert query.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert encoder._bulk is None  # made on first bulk use only
+    encoder.encode_query("boot from usb")
+    assert encoder._bulk is None
+    questions = [Question(str(i), f"question {i} about wifi", "body") for i in range(20)]
+    bulk_vectors = encoder.encode_questions(questions)
+    bulk = encoder._bulk["title"].get_session_options()
+    assert bulk.intra_op_num_threads == 2
+    assert bulk.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    # Both sessions run the same graph: the same vectors either way.
+    small = np.stack([encoder.encode_questions([q])[0] for q in questions[:3]])
+    np.testing.assert_allclose(small, bulk_vectors[:3], atol=1e-6)
+
+
+def test_spinning_can_be_turned_back_on():
+    encoder = Encoder.load(MODEL, runtime=Runtime("cpu", spinning=True))
+    options = encoder._sessions["title"].get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+
+
+def test_info_names_the_providers_and_why_not(run):
+    import json
+
+    payload = json.loads(run("--json", "--device", "cpu", "info").output)
+    assert payload["onnx_providers"][CPU] == "usable"
+    assert CUDA in payload["onnx_providers"]
+    assert payload["device"] == "cpu"
