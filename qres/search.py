@@ -163,33 +163,39 @@ class SearchPipeline:
             raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
         if k < 1:
             raise ValueError(f"k must be at least 1, not {k}")
-        window = max(k, self.candidates) if only_ids is None else len(only_ids)
+        if mode == "bm25":
+            window = k  # nothing is rescored: the engine's own top k
+        else:
+            window = max(k, self.candidates) if only_ids is None else len(only_ids)
         if mode == "bm25" or self.encoder is None:
-            hits = self.backend.search(text, window, only_ids=only_ids)
-            if mode == "bm25" or not hits:
-                return [Result(h.id, h.score, h.score, None) for h in hits[:k]]
+            found = self.backend.candidates(text, window, only_ids=only_ids)
+            if mode == "bm25" or not len(found):
+                top = range(min(k, len(found)))
+                scores = [float(found.scores[i]) for i in top]
+                ids = found.ids(top)
+                return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)]
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         if query_vector is None:
             query_vector = self.encoder.encode_query(text)
-        hits, cosine, has_vector = self.backend.search_with_cosine(
-            text, window, query_vector, only_ids=only_ids
-        )
-        ids = [h.id for h in hits]
-        bm25 = np.array([h.score for h in hits], dtype=np.float32)
+        found = self.backend.candidates(text, window, only_ids, query_vector)
+        if not len(found):
+            return []
+        bm25 = found.scores.astype(np.float32)
+        cosine, has_vector = found.cosine, found.has_vector
         score = cosine if mode == "dense" else self.fusion.score(bm25, cosine)
-        # Rescored candidates first by score; the ones without a vector after them, BM25 order.
-        order = sorted(
-            range(len(hits)), key=lambda i: (not has_vector[i], -score[i] if has_vector[i] else i)
-        )
+        # Rescored candidates first by score; the ones without a vector after them, BM25 order
+        # (lexsort is stable: equal scores keep their BM25 order too).
+        position = np.arange(len(found))
+        order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:k]
         fallback = normalize_bm25(bm25)
         return [
             Result(
-                ids[i],
+                qid,
                 float(score[i]) if has_vector[i] else float(fallback[i]),
                 float(bm25[i]),
                 float(cosine[i]) if has_vector[i] else None,
             )
-            for i in order[:k]
+            for qid, i in zip(found.ids(order), order, strict=True)
         ]
 
 

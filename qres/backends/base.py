@@ -25,6 +25,32 @@ class Hit:
     score: float
 
 
+class Candidates:
+    """A query's BM25 candidates, best first: their scores, and with a query vector each
+    one's cosine to it; ids are read on demand, for the rows the ranking keeps.
+
+    This default holds a search's hits; the embedded backend overrides it to read vector
+    slots from a fast field and ids of the final ``k`` only.
+    """
+
+    def __init__(
+        self,
+        hits: Sequence[Hit],
+        cosine: np.ndarray | None = None,
+        has_vector: np.ndarray | None = None,
+    ):
+        self._hits = list(hits)
+        self.scores = np.array([h.score for h in hits], dtype=np.float64)  # as the engine gave
+        self.cosine, self.has_vector = cosine, has_vector
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def ids(self, rows: Sequence[int]) -> list[str]:
+        """The ids of the candidates at ``rows`` (positions in best-first order)."""
+        return [self._hits[i].id for i in rows]
+
+
 class Backend(ABC):
     """A question index: BM25 over title and body, stored fields, optional dense vectors."""
 
@@ -49,6 +75,19 @@ class Backend(ABC):
         ``only_ids`` restricts the result to those questions (re-ranking a given candidate
         list); among them, ones that match no query term come back with score 0.
         """
+
+    def candidates(
+        self,
+        text: str,
+        k: int,
+        only_ids: Sequence[str] | None = None,
+        query_vector: np.ndarray | None = None,
+    ) -> Candidates:
+        """:meth:`search`'s top ``k`` as :class:`Candidates`, for ranking before ids are read;
+        with ``query_vector``, their cosines too (:meth:`search_with_cosine`)."""
+        if query_vector is None:
+            return Candidates(self.search(text, k, only_ids))
+        return Candidates(*self.search_with_cosine(text, k, query_vector, only_ids))
 
     @abstractmethod
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from qres.backends.base import Backend, BackendError, Hit
+from qres.backends.base import Backend, BackendError, Candidates, Hit
 from qres.corpus import Question
 from qres.text import bm25_terms
 
@@ -503,8 +503,16 @@ class EmbeddedBackend(Backend):
             clauses.append((tantivy.Occur.Should, body))
         return tantivy.Query.boolean_query(clauses)
 
-    def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
-        self._follow_swaps()
+    def candidates(
+        self,
+        text: str,
+        k: int,
+        only_ids: Sequence[str] | None = None,
+        query_vector: np.ndarray | None = None,
+    ) -> Candidates:
+        return self._consistent(lambda: self._candidates(text, k, only_ids, query_vector))
+
+    def _candidates(self, text, k, only_ids, query_vector) -> Candidates:
         query = self._query(text)
         if only_ids is not None:
             allowed = tantivy.Query.term_set_query(self._schema, "id", list(only_ids))
@@ -513,18 +521,15 @@ class EmbeddedBackend(Backend):
                 clauses.append((tantivy.Occur.Should, query))
             query = tantivy.Query.boolean_query(clauses)
         if query is None or k <= 0:
-            return []
+            return _TantivyCandidates(self, None, [], query_vector)
         searcher = self._index.searcher()
-        result = searcher.search(query, k, count=False)
-        addresses = [addr for _, addr in result.hits]
-        ids = [searcher.doc(addr)["id"][0] for addr in addresses]
-        # Remember the hits' vector slots (a fast-field read) so the rescoring step that
-        # follows a search needs no second lookup. Slots are append-only, so a remembered
-        # slot always holds the vector its document had in this searcher's snapshot.
-        if len(self._slot_of) > 100_000:
-            self._slot_of.clear()
-        self._slot_of.update(zip(ids, searcher.fast_field_values("slot", addresses), strict=True))
-        return [Hit(qid, score) for qid, (score, _) in zip(ids, result.hits, strict=True)]
+        hits = searcher.search(query, k, count=False).hits
+        return _TantivyCandidates(self, searcher, hits, query_vector)
+
+    def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
+        found = self.candidates(text, k, only_ids)
+        ids = found.ids(range(len(found)))
+        return [Hit(qid, float(score)) for qid, score in zip(ids, found.scores, strict=True)]
 
     def _docs(self, ids: Sequence[str]) -> dict[str, dict]:
         if not ids:
@@ -559,29 +564,37 @@ class EmbeddedBackend(Backend):
             )
         return self._vectors
 
-    def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _consistent(self, read):
+        """``read()`` with the index's files as one snapshot: read again if the index was
+        swapped or reopened (by another thread) meanwhile."""
         for _ in range(5):
             self._follow_swaps()
             generation = self._generation
-            out = self._read_vectors(ids)
-            # Read again if the index was swapped or reopened (another thread) meanwhile.
+            out = read()
             unchanged = generation == self._generation and generation % 2 == 0
             if unchanged and not (self._lock is None and self._replaced()):
                 break
         return out
 
+    def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        return self._consistent(lambda: self._read_vectors(ids))
+
     def _read_vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        dim = self._meta.get("vector_dim")
-        if dim is None:
-            return np.zeros((len(ids), 0), np.float32), np.zeros(len(ids), bool)
         unknown = [q for q in ids if q not in self._slot_of]
         if unknown:
             docs = self._docs(unknown)
             self._slot_of.update({q: doc["slot"][0] for q, doc in docs.items()})
-        slots = np.array([self._slot_of.get(q, -1) for q in ids], np.int64)
+        return self._vectors_at([self._slot_of.get(q, -1) for q in ids])
+
+    def _vectors_at(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``slots`` of the vector file (slot -1: none) and the mask of those present."""
+        dim = self._meta.get("vector_dim")
+        if dim is None:
+            return np.zeros((len(slots), 0), np.float32), np.zeros(len(slots), bool)
+        slots = np.asarray(slots, np.int64)
         store = self._vector_rows(int(slots.max(initial=-1)) + 1)
         have = (slots >= 0) & (slots < len(store))
-        out = np.zeros((len(ids), dim), np.float32)
+        out = np.zeros((len(slots), dim), np.float32)
         out[have] = store[slots[have]]
         return out, have
 
@@ -640,6 +653,24 @@ class EmbeddedBackend(Backend):
                 self.finish_rebuild()
         finally:
             self.close()
+
+
+class _TantivyCandidates(Candidates):
+    """Hits of one tantivy searcher: vector slots come from the ``slot`` fast field, so only
+    the ids of the rows asked for are read from the document store."""
+
+    def __init__(self, backend: EmbeddedBackend, searcher, hits: list, query_vector=None):
+        self._searcher = searcher
+        self._addresses = [address for _, address in hits]
+        self.scores = np.array([score for score, _ in hits], dtype=np.float64)
+        self.cosine = self.has_vector = None
+        if query_vector is not None:
+            slots = searcher.fast_field_values("slot", self._addresses) if hits else []
+            vectors, self.has_vector = backend._vectors_at([-1 if s is None else s for s in slots])
+            self.cosine = vectors @ query_vector  # both sides are L2-normalised
+
+    def ids(self, rows: Sequence[int]) -> list[str]:
+        return [self._searcher.doc(self._addresses[i])["id"][0] for i in rows]
 
 
 def _write_json(path: Path, value: dict) -> None:
