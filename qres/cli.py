@@ -27,7 +27,7 @@ from rich.text import Text
 
 from qres import paths
 from qres.backends import BACKENDS, open_backend
-from qres.backends.base import Backend, BackendError
+from qres.backends.base import Backend, BackendError, IndexFormatError
 from qres.corpus import FORMATS, CorpusError, ReadStats, read_corpus
 from qres.encoder import EncoderError
 
@@ -404,11 +404,20 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
 
 
 def _open_eval_index(obj: Context, name: str) -> Backend:
-    return obj.open(
-        create=True,
-        index_dir=paths.home() / "eval" / name,
-        index=f"qres-eval-{name}".lower(),  # Elasticsearch: never the live index
-    )
+    index_dir = paths.home() / "eval" / name
+
+    def open_it(**rebuild) -> Backend:
+        return obj.open(
+            create=True,
+            index_dir=index_dir,
+            index=f"qres-eval-{name}".lower(),  # Elasticsearch: never the live index
+            **rebuild,
+        )
+
+    try:
+        return open_it()
+    except IndexFormatError:  # a cache written by an older qres: built afresh, swapped in
+        return open_it(rebuild=True)
 
 
 @cli.command()
@@ -629,10 +638,7 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
 
     encoder = obj.load_encoder(model)
     data_dir = data_dir or default_data_dir()
-    index_dir = paths.home() / "eval" / f"semeval2016-{encoder.fingerprint[:16]}"
-    with obj.open(
-        create=True, index_dir=index_dir, index=f"qres-eval-semeval2016-{encoder.fingerprint[:16]}"
-    ) as backend:
+    with _open_eval_index(obj, f"semeval2016-{encoder.fingerprint[:16]}") as backend:
         lists = ev.candidate_scores(data_dir, split, backend, encoder)
     fusion = tune_fusion(
         lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"

@@ -255,7 +255,7 @@ def test_engine_errors_are_one_line(run, tmp_path, monkeypatch):
     def fail(*_args, **_kw):
         raise ValueError("Failed to acquire Lockfile: Read-only file system")
 
-    monkeypatch.setattr(EmbeddedBackend, "search", fail)
+    monkeypatch.setattr(EmbeddedBackend, "candidates", fail)  # what the query path calls
     result = run("--index-dir", tmp_path / "ix", "search", "w1")
     assert result.exit_code == 1 and result.output.count("\n") == 1
     assert result.output.startswith("error: Failed to acquire Lockfile")
@@ -263,7 +263,7 @@ def test_engine_errors_are_one_line(run, tmp_path, monkeypatch):
     def full(*_args, **_kw):
         raise OSError(28, "No space left on device", str(tmp_path / "ix" / "vectors.f16"))
 
-    monkeypatch.setattr(EmbeddedBackend, "search", full)
+    monkeypatch.setattr(EmbeddedBackend, "candidates", full)
     result = run("--index-dir", tmp_path / "ix", "search", "w1")
     assert result.exit_code == 1
     assert result.output == f"error: {tmp_path / 'ix' / 'vectors.f16'}: No space left on device\n"

@@ -19,6 +19,10 @@ class BackendError(RuntimeError):
     """A problem the user can act on (missing index, unreachable server, …): one sentence."""
 
 
+class IndexFormatError(BackendError):
+    """The index on disk was written in a layout this qres does not read."""
+
+
 @dataclass(frozen=True)
 class Hit:
     id: str

@@ -4,8 +4,13 @@ Layout of an index directory::
 
     tantivy/        the BM25 index; documents store id, title, body, tags and a vector slot
     vectors.f16     (or .f32) row ``slot`` holds the vector of the document with that slot
-    meta.json       index metadata: analyzer, title boost, model fingerprint, vector dims
+    meta.json       index metadata: format, analyzer, title boost, model fingerprint, vector dims
     writer.lock     held (flock) by the one process that may write the index
+
+The text is stored once: title, body and tags as stored-only bytes, searched through the
+analysed terms of ``title_terms``/``body_terms`` (indexed, not stored). Only ``id`` is
+indexed as a whole (for replacing and restricting by id), and ``slot`` is a fast field, so
+the query path ranks without touching the document store.
 
 Text is analysed in Python by :func:`qres.text.bm25_terms` (the same function search uses)
 and handed to tantivy pre-split, so the engine never parses user text as query syntax.
@@ -37,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from qres.backends.base import Backend, BackendError, Candidates, Hit
+from qres.backends.base import Backend, BackendError, Candidates, Hit, IndexFormatError
 from qres.corpus import Question
 from qres.text import bm25_terms
 
@@ -51,14 +56,16 @@ _META_KEYS = ("analyzer", "title_boost", "vector_dtype")
 # replaced by a rebuild (it is somebody's data, not an index).
 _INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
 _COPY_BATCH = 1024  # documents per batch when compaction copies an index
+# The on-disk layout this code reads and writes. 1: title/body also indexed as one raw term.
+FORMAT = 2
 
 
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
-    builder.add_text_field("id", stored=True, tokenizer_name="raw")
-    builder.add_text_field("title", stored=True, index_option="basic", tokenizer_name="raw")
-    builder.add_text_field("body", stored=True, index_option="basic", tokenizer_name="raw")
-    builder.add_text_field("tags", stored=True, tokenizer_name="raw")
+    builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
+    builder.add_bytes_field("title", stored=True)  # UTF-8, stored only
+    builder.add_bytes_field("body", stored=True)
+    builder.add_bytes_field("tags", stored=True)  # comma-separated
     builder.add_text_field("title_terms", index_option="freq", tokenizer_name=_TERMS_ANALYZER)
     builder.add_text_field("body_terms", index_option="freq", tokenizer_name=_TERMS_ANALYZER)
     builder.add_integer_field("slot", stored=True, fast=True)
@@ -117,6 +124,12 @@ def _read_meta(meta_path: Path) -> dict:
         )
     if meta["vector_dtype"] not in ("float16", "float32"):
         raise BackendError(f"{meta_path}: unknown vector_dtype {meta['vector_dtype']!r}")
+    if meta.get("format") != FORMAT:
+        raise IndexFormatError(
+            f"{meta_path.parent} was written by another qres version (index format "
+            f"{meta.get('format')}, this qres reads {FORMAT}): re-index with "
+            "`qres index CORPUS --rebuild`"
+        )
     return meta
 
 
@@ -228,7 +241,7 @@ class EmbeddedBackend(Backend):
         (path / "tantivy").mkdir(parents=True)
         tantivy.Index(_schema(), path=str(path / "tantivy"), reuse=False)
         meta = {
-            "format": 1,
+            "format": FORMAT,
             "analyzer": analyzer,
             "title_boost": float(settings.get("title_boost", 2.0)),
             "vector_dtype": dtype,
@@ -375,8 +388,7 @@ class EmbeddedBackend(Backend):
 
     def _copy(self, docs: list[dict], source: np.ndarray, dim) -> None:
         def question(doc):
-            tags = tuple(t for t in doc["tags"][0].split(",") if t)
-            return Question(doc["id"][0], doc["title"][0], doc["body"][0], tags)
+            return _question(doc["id"][0], doc)
 
         with_vector = [d for d in docs if 0 <= d["slot"][0] < len(source)]
         without = [d for d in docs if not 0 <= d["slot"][0] < len(source)]
@@ -451,9 +463,9 @@ class EmbeddedBackend(Backend):
             writer.add_document(
                 tantivy.Document(
                     id=question.id,
-                    title=question.title,
-                    body=question.body,
-                    tags=",".join(question.tags),
+                    title=question.title.encode(),
+                    body=question.body.encode(),
+                    tags=",".join(question.tags).encode(),
                     title_terms=" ".join(bm25_terms(question.title, self.analyzer)),
                     body_terms=" ".join(bm25_terms(question.body, self.analyzer)),
                     slot=slot,
@@ -542,15 +554,7 @@ class EmbeddedBackend(Backend):
 
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
         self._follow_swaps()
-        return {
-            qid: Question(
-                qid,
-                doc["title"][0],
-                doc["body"][0],
-                tuple(t for t in doc["tags"][0].split(",") if t),
-            )
-            for qid, doc in self._docs(ids).items()
-        }
+        return {qid: _question(qid, doc) for qid, doc in self._docs(ids).items()}
 
     def _vector_rows(self, needed: int) -> np.ndarray:
         if self._vectors is None or len(self._vectors) < needed:
@@ -671,6 +675,12 @@ class _TantivyCandidates(Candidates):
 
     def ids(self, rows: Sequence[int]) -> list[str]:
         return [self._searcher.doc(self._addresses[i])["id"][0] for i in rows]
+
+
+def _question(qid: str, doc: dict) -> Question:
+    """A question from its stored fields (title, body and tags are UTF-8 bytes)."""
+    tags = tuple(t for t in doc["tags"][0].decode().split(",") if t)
+    return Question(qid, doc["title"][0].decode(), doc["body"][0].decode(), tags)
 
 
 def _write_json(path: Path, value: dict) -> None:
