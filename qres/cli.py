@@ -191,7 +191,19 @@ def _progress() -> Progress:
 )
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
 @click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")
-@click.option("--batch-size", default=256, show_default=True, help="Questions per write batch.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Questions per batch [default: 256, 4096 when encoding on CUDA].",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Processes that analyse and tokenise text beside the encoder and the writer "
+    "[default: cores - 2, at most 8].",
+)
 @click.option(
     "--analyzer",
     type=click.Choice(["english", "plain"]),
@@ -201,7 +213,18 @@ def _progress() -> Progress:
 )
 @click.option("--title-boost", default=2.0, show_default=True, help="BM25 weight of the title.")
 @click.pass_obj
-def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analyzer, title_boost):
+def index(
+    obj: Context,
+    corpus,
+    fmt,
+    model,
+    skip_bad,
+    rebuild,
+    batch_size,
+    workers,
+    analyzer,
+    title_boost,
+):
     """Index the questions of CORPUS (re-running replaces questions by id).
 
     \b
@@ -235,10 +258,15 @@ def index(obj: Context, corpus, fmt, model, skip_bad, rebuild, batch_size, analy
         def advance(n):
             done = progress.tasks[task].completed + n
             rate = done / max(time.perf_counter() - started, 1e-9)
-            progress.update(task, advance=n, rate=f"{rate:,.0f} docs/s")
+            progress.update(task, advance=n, rate=f"{rate:,.0f} questions/s")
 
         report = index_questions(
-            backend, questions, encoder=encoder, batch_size=batch_size, on_batch=advance
+            backend,
+            questions,
+            encoder=encoder,
+            batch_size=batch_size,
+            on_batch=advance,
+            workers=workers,
         )
         compacted = _compact_if_mostly_dead(backend)
         total = backend.count()

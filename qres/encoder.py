@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -341,20 +342,35 @@ class Encoder:
             out[rows] = session.run(["vector"], {"token_ids": ids, "mask": mask})[0]
         return out
 
+    def tokenize(self, questions: Sequence[Question]) -> list[tuple[list[int], list[int]]]:
+        """Each question's title and body token ids, cut to the card's maximum lengths."""
+        return self.tokenizer()(questions)
+
+    def tokenizer(self) -> Callable[[Sequence[Question]], list[tuple[list[int], list[int]]]]:
+        """:meth:`tokenize` as a picklable function (for indexing's worker processes)."""
+        return partial(_tokenize, self.vocab, self.title_max, self.body_max)
+
+    def encode_tokens(
+        self, tokens: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int = 256
+    ) -> np.ndarray:
+        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output (title and body
+        averaged); calls from several threads may overlap."""
+        bulk = len(tokens) >= SMALL_BATCH
+        titles = self.encode_ids([t for t, _ in tokens], "title", batch_size, bulk)
+        bodies = self.encode_ids([b for _, b in tokens], "body", batch_size, bulk)
+        return _normalize(titles + bodies)
+
     def encode_questions(self, questions: Sequence[Question], batch_size: int = 256) -> np.ndarray:
         """Unit vectors [n, dim] float32 of questions (title and body averaged)."""
-        encoded = [
-            self.vocab.encode_question(q.title, q.body, self.title_max, self.body_max)
-            for q in questions
-        ]
-        bulk = len(questions) >= SMALL_BATCH
-        titles = self.encode_ids([t for t, _ in encoded], "title", batch_size, bulk)
-        bodies = self.encode_ids([b for _, b in encoded], "body", batch_size, bulk)
-        return _normalize(titles + bodies)
+        return self.encode_tokens(self.tokenize(questions), batch_size)
 
     def encode_query(self, text: str) -> np.ndarray:
         """Unit vector [dim] of a search query, read as a question title without a body."""
         return self.encode_questions([Question("query", text, "")])[0]
+
+
+def _tokenize(vocab: Vocab, title_max: int, body_max: int, questions: Sequence[Question]):
+    return [vocab.encode_question(q.title, q.body, title_max, body_max) for q in questions]
 
 
 def read_card(path: Path) -> dict:

@@ -1,24 +1,42 @@
-"""The indexing pipeline: read → (encode in batches) → upsert → commit every N questions.
+"""The indexing pipeline: read → prepare → encode → write, as overlapping stages.
+
+The calling thread reads the corpus and cuts it into batches; each batch then goes through
+three stages, each in its own thread, joined by small bounded queues (a slow stage holds the
+ones before it back instead of piling batches up in memory):
+
+* prepare — the BM25 terms (:meth:`Backend.analyze`) and the encoder's token ids, pure
+  Python; with ``workers`` > 0 in that many processes, which is what scales on many cores;
+* encode — onnxruntime on the token ids (it releases the GIL, so it overlaps the rest);
+* write — upsert into the backend and commit every ``commit_every`` questions. Only this
+  thread writes, in corpus order, so the crash guarantees are those of one writer: a crash
+  or kill loses at most what came after the last commit, and re-running completes it.
 
 :class:`Index` is the library's way in (``Index.open(dir, model=...).add(questions)``);
 ``qres index`` runs the same :func:`index_questions`.
 
 Each batch is upserted by id, so re-running over the same corpus replaces rather than
-duplicates; commits every ``commit_every`` questions bound what an interruption can lose
-(the next run re-writes it). A question id seen twice in one run keeps its last version.
+duplicates. A question id seen twice in one run keeps its last version.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import os
+import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres.backends.base import Backend, BackendError
 from qres.corpus import Question, read_corpus
+
+QUEUE_DEPTH = 4  # batches waiting between two stages
+GPU_BATCH = 4096  # questions per batch when bulk encoding runs on CUDA
 
 
 @dataclass
@@ -33,42 +51,85 @@ class IndexReport:
         return self.indexed / self.seconds if self.seconds else 0.0
 
 
+@dataclass
+class _Batch:
+    questions: list[Question]
+    terms: list | None = None
+    tokens: list | None = None
+    vectors: object = None
+
+
+def default_workers() -> int:
+    """Processes for the prepare stage: none on a small machine (the stages' threads share
+    its cores already), else one per core beyond the two the other stages keep busy."""
+    return max(0, min(8, (os.cpu_count() or 1) - 2))
+
+
 def index_questions(
     backend: Backend,
     questions: Iterable[Question],
     encoder=None,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     commit_every: int = 20_000,
     on_batch: Callable[[int], None] | None = None,
+    workers: int | None = None,
 ) -> IndexReport:
     """Upsert ``questions`` into ``backend``; with ``encoder`` (a :class:`qres.encoder.Encoder`)
-    each question's vector is stored too. ``on_batch(n)`` is called after each batch."""
+    each question's vector is stored too. ``on_batch(n)`` is called after each batch is
+    written; ``batch_size`` defaults to 256, or :data:`GPU_BATCH` when encoding on CUDA;
+    ``workers`` (default :func:`default_workers`) processes prepare batches."""
     if encoder is not None:
         _record_model(backend, encoder)
+    if batch_size is None:
+        on_gpu = "CUDAExecutionProvider" in getattr(encoder, "providers", ())
+        batch_size = GPU_BATCH if on_gpu else 256
+    workers = default_workers() if workers is None else workers
     report = IndexReport()
     seen: set[str] = set()
     start = time.perf_counter()
-    pending: list[Question] = []
     since_commit = 0
+    preparer = _Preparer(backend.analysis(), encoder.tokenizer() if encoder else None)
+    pool = None
+    if workers > 0:
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded process
+            initializer=_start_worker,
+            initargs=(preparer,),
+        )
 
-    def flush() -> None:
+    def prepare(batch: list[Question]) -> _Batch | Future:
+        return preparer(batch) if pool is None else pool.submit(_prepare_in_worker, batch)
+
+    def encode(batch: _Batch | Future) -> _Batch:
+        if isinstance(batch, Future):
+            batch = batch.result()
+        if encoder is not None:
+            batch.vectors = encoder.encode_tokens(batch.tokens)
+        return batch
+
+    def write(batch: _Batch) -> None:
         nonlocal since_commit
-        if not pending:
-            return
-        for q in pending:
+        for q in batch.questions:
             if q.id in seen:
                 report.duplicates += 1
             seen.add(q.id)
-        vectors = encoder.encode_questions(pending) if encoder is not None else None
-        backend.upsert(pending, vectors)
-        report.indexed += len(pending)
-        since_commit += len(pending)
+        backend.upsert(batch.questions, batch.vectors, batch.terms)
+        report.indexed += len(batch.questions)
+        since_commit += len(batch.questions)
         if since_commit >= commit_every:
             backend.commit()
             since_commit = 0
         if on_batch:
-            on_batch(len(pending))
-        pending.clear()
+            on_batch(len(batch.questions))
+
+    stages = _Stages([prepare, encode, write])
+    pending: list[Question] = []
+
+    def flush() -> None:
+        if pending:
+            stages.put(list(pending))
+            pending.clear()
 
     reading = iter(questions)
     try:
@@ -81,15 +142,22 @@ def index_questions(
                 # Whatever stopped the reader (a bad record, an unreadable file, Ctrl-C), keep
                 # every good question it read before that.
                 flush()
+                stages.finish()
                 raise
             pending.append(question)
             if len(pending) >= batch_size:
                 flush()
         flush()
+        stages.finish()
     except KeyboardInterrupt:
-        flush()  # Ctrl-C while a batch was being encoded or written: finish that batch
+        # Ctrl-C while handing a batch over or waiting for the stages: finish what they hold.
+        flush()
+        stages.finish()
         raise
     finally:
+        stages.stop()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         if sys.exc_info()[0] is None:
             backend.commit()
         else:  # the error that stopped the run is the one to report, not a commit failing after
@@ -98,6 +166,104 @@ def index_questions(
     report.indexed -= report.duplicates
     report.seconds = time.perf_counter() - start
     return report
+
+
+class _Preparer:
+    """A batch's BM25 terms and token ids; picklable, so worker processes can run it."""
+
+    def __init__(self, analysis: Callable | None, tokenizer: Callable | None):
+        self.analysis, self.tokenizer = analysis, tokenizer
+
+    def __call__(self, questions: list[Question]) -> _Batch:
+        return _Batch(
+            questions,
+            terms=self.analysis(questions) if self.analysis else None,
+            tokens=self.tokenizer(questions) if self.tokenizer else None,
+        )
+
+
+_worker_preparer: _Preparer | None = None
+
+
+def _start_worker(preparer: _Preparer) -> None:
+    global _worker_preparer
+    _worker_preparer = preparer
+
+
+def _prepare_in_worker(questions: list[Question]) -> _Batch:
+    return _worker_preparer(questions)
+
+
+_DONE = object()
+
+
+class _Stages:
+    """Functions chained by bounded queues, one thread each; the last one's results are
+    dropped. The first error stops the work (later batches are drained, not processed) and
+    is raised by :meth:`put` or :meth:`finish` in the calling thread."""
+
+    def __init__(self, functions: list[Callable]):
+        self._queues = [queue.Queue(QUEUE_DEPTH) for _ in functions]
+        self._error: BaseException | None = None
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(f, self._queues[i], self._queues[i + 1] if i + 1 < len(functions) else None),
+                name=f"qres-index-{f.__name__}",
+                daemon=True,
+            )
+            for i, f in enumerate(functions)
+        ]
+        self._closed = False
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, function, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
+        while (item := inbox.get()) is not _DONE:
+            if self._error is not None:
+                continue
+            try:
+                result = function(item)
+            except BaseException as err:  # handed to the calling thread
+                self._error = err
+                continue
+            if outbox is not None:
+                outbox.put(result)
+        if outbox is not None:
+            outbox.put(_DONE)
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def put(self, item) -> None:
+        self._raise()
+        if self._closed:
+            raise RuntimeError("indexing stages already finished")  # never drop a batch
+        self._queues[0].put(item)  # blocks while the pipeline is full
+
+    def finish(self) -> None:
+        """Wait for every batch put so far to go through, then raise the first error."""
+        if not self._closed:
+            self._closed = True
+            self._queues[0].put(_DONE)
+            for thread in self._threads:
+                thread.join()
+        self._raise()
+
+    def stop(self) -> None:
+        """Like :meth:`finish` after an error: the threads end, nothing is raised."""
+        if not self._closed:
+            self._error = self._error or _Stopped()
+            self._closed = True
+            self._queues[0].put(_DONE)
+            for thread in self._threads:
+                thread.join()
+
+
+class _Stopped(Exception):
+    """Set as the error so the stages drain without processing after a failure elsewhere."""
 
 
 def _record_model(backend: Backend, encoder) -> None:

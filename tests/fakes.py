@@ -32,3 +32,14 @@ class TableEncoder:
 
     def encode_questions(self, questions) -> np.ndarray:
         return np.stack([self._vector(f"{q.title} {q.body}") for q in questions])
+
+    # The bulk interface indexing uses: tokenizer() (picklable) feeds encode_tokens.
+    def tokenizer(self):
+        return _texts
+
+    def encode_tokens(self, texts) -> np.ndarray:
+        return np.stack([self._vector(text) for text in texts])
+
+
+def _texts(questions) -> list[str]:
+    return [f"{q.title} {q.body}" for q in questions]

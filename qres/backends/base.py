@@ -7,7 +7,7 @@ for each backend, so "same behaviour on every backend" is checked, not hoped for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,8 +61,19 @@ class Backend(ABC):
     name: str
 
     @abstractmethod
-    def upsert(self, questions: Sequence[Question], vectors: np.ndarray | None = None) -> None:
-        """Add or replace questions by id (``vectors``: one row per question, or None)."""
+    def upsert(
+        self,
+        questions: Sequence[Question],
+        vectors: np.ndarray | None = None,
+        terms: Sequence | None = None,
+    ) -> None:
+        """Add or replace questions by id (``vectors``: one row per question, or None;
+        ``terms``: :meth:`analysis` of ``questions``, when the backend has one)."""
+
+    def analysis(self) -> Callable[[Sequence[Question]], list] | None:
+        """A picklable function from questions to :meth:`upsert`'s ``terms``, so indexing
+        can analyse text in other threads or processes; None where the engine does it."""
+        return None
 
     @abstractmethod
     def delete(self, ids: Sequence[str]) -> None:

@@ -36,7 +36,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ from qres.text import bm25_terms
 
 ANALYZERS = ("english", "plain")
 _TERMS_ANALYZER = "qres_terms"  # whitespace split of the terms qres.text already produced
-_WRITER_HEAP = 128 * 1024 * 1024
+_WRITER_HEAP = 128 * 1024 * 1024  # per writer thread
 _MAX_QUERY_TERMS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
 LOCK_FILE = "writer.lock"
 _META_KEYS = ("analyzer", "title_boost", "vector_dtype")
@@ -70,6 +71,21 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("body_terms", index_option="freq", tokenizer_name=_TERMS_ANALYZER)
     builder.add_integer_field("slot", stored=True, fast=True)
     return builder.build()
+
+
+def analyze(questions: Sequence[Question], analyzer: str | None) -> list[tuple[str, str]]:
+    """The title and body terms of each question, space-joined as tantivy takes them."""
+    return [
+        (" ".join(bm25_terms(q.title, analyzer)), " ".join(bm25_terms(q.body, analyzer)))
+        for q in questions
+    ]
+
+
+def _writer_size() -> tuple[int, int]:
+    """(heap bytes, threads) of the tantivy writer: a thread per two cores up to 8, 128 MB
+    of indexing memory each (tantivy splits the heap among its threads)."""
+    threads = max(1, min(8, (os.cpu_count() or 1) // 2))
+    return threads * _WRITER_HEAP, threads
 
 
 def _sibling(path: Path, suffix: str) -> Path:
@@ -404,7 +420,7 @@ class EmbeddedBackend(Backend):
         if self._writer is None:
             self.acquire_write_lock()
             try:
-                writer = self._index.writer(_WRITER_HEAP, 1)
+                writer = self._index.writer(*_writer_size())
                 # A writer killed in mid-commit leaves files no commit names; replaying the
                 # same operations would try to create them again ("FileAlreadyExists").
                 writer.garbage_collect_files()
@@ -441,7 +457,17 @@ class EmbeddedBackend(Backend):
             ) from None
         return end // row
 
-    def upsert(self, questions: Sequence[Question], vectors: np.ndarray | None = None) -> None:
+    def analysis(self) -> Callable[[Sequence[Question]], list[tuple[str, str]]]:
+        return partial(analyze, analyzer=self.analyzer)
+
+    def upsert(
+        self,
+        questions: Sequence[Question],
+        vectors: np.ndarray | None = None,
+        terms: Sequence[tuple[str, str]] | None = None,
+    ) -> None:
+        if terms is None:
+            terms = analyze(questions, self.analyzer)
         writer = self._get_writer()
         slots = [-1] * len(questions)
         if vectors is not None:
@@ -458,7 +484,7 @@ class EmbeddedBackend(Backend):
             if len(questions):
                 first = self._append_vectors(vectors)
                 slots = list(range(first, first + len(questions)))
-        for question, slot in zip(questions, slots, strict=True):
+        for question, slot, (title_terms, body_terms) in zip(questions, slots, terms, strict=True):
             writer.delete_documents_by_term("id", question.id)
             writer.add_document(
                 tantivy.Document(
@@ -466,8 +492,8 @@ class EmbeddedBackend(Backend):
                     title=question.title.encode(),
                     body=question.body.encode(),
                     tags=",".join(question.tags).encode(),
-                    title_terms=" ".join(bm25_terms(question.title, self.analyzer)),
-                    body_terms=" ".join(bm25_terms(question.body, self.analyzer)),
+                    title_terms=title_terms,
+                    body_terms=body_terms,
                     slot=slot,
                 )
             )

@@ -271,7 +271,12 @@ class EsBackend(Backend):
     # -- writing -------------------------------------------------------------------------------
 
     @_guarded
-    def upsert(self, questions: Sequence[Question], vectors: np.ndarray | None = None) -> None:
+    def upsert(
+        self,
+        questions: Sequence[Question],
+        vectors: np.ndarray | None = None,
+        terms: Sequence | None = None,  # Elasticsearch analyses the text itself
+    ) -> None:
         rows = None
         if vectors is not None:
             if len(vectors) != len(questions):

@@ -1,0 +1,138 @@
+"""The staged indexing pipeline: same index whatever runs where, errors and kills handled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qres.backends.base import BackendError
+from qres.backends.embedded import EmbeddedBackend
+from qres.corpus import CorpusError, Question, read_corpus
+from qres.encoder import Encoder
+from qres.indexing import index_questions
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "qres" / "data" / "demo" / "questions.tsv"
+
+
+def snapshot(backend: EmbeddedBackend, ids):
+    vectors, has = backend.vectors(ids)
+    return backend.fetch(ids), vectors, has, [h.id for h in backend.search("usb boot", 20)]
+
+
+def test_worker_processes_build_the_same_index_as_threads(tmp_path):
+    encoder = Encoder.load(REPO / "qres" / "models" / "default")
+    questions = list(read_corpus(DEMO))
+    ids = [q.id for q in questions]
+    got = []
+    for workers in (0, 1):
+        backend = EmbeddedBackend(tmp_path / f"w{workers}", create=True)
+        report = index_questions(backend, questions, encoder, batch_size=50, workers=workers)
+        assert report.indexed == len(questions) == backend.count()
+        got.append(snapshot(backend, ids))
+        backend.close()
+    (fetched0, vectors0, has0, top0), (fetched1, vectors1, has1, top1) = got
+    assert fetched0 == fetched1 and top0 == top1 and has0.all() and has1.all()
+    np.testing.assert_array_equal(vectors0, vectors1)
+    np.testing.assert_allclose(vectors0, encoder.encode_questions(questions), atol=1e-3)
+
+
+class FailingBackend(EmbeddedBackend):
+    def __init__(self, *args, fail_at: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_at, self.batches = fail_at, 0
+
+    def upsert(self, questions, vectors=None, terms=None):
+        self.batches += 1
+        if self.batches == self.fail_at:
+            raise BackendError("disk full")
+        super().upsert(questions, vectors, terms)
+
+
+def test_a_write_error_reaches_the_caller_and_keeps_what_was_written(tmp_path):
+    before = threading.active_count()
+    backend = FailingBackend(tmp_path / "ix", create=True, fail_at=3)
+    questions = [Question(f"q{i}", f"title {i}", "body") for i in range(100)]
+    with pytest.raises(BackendError, match="disk full"):
+        index_questions(backend, questions, batch_size=10, workers=0)
+    assert backend.count() == 20  # the two batches written before the failure
+    assert threading.active_count() == before  # no stage thread left behind
+    backend.close()
+
+
+def test_an_interrupt_while_reading_keeps_everything_read(tmp_path):
+    def corpus():
+        for i in range(25):
+            yield Question(f"q{i}", f"title {i}", "body")
+        raise KeyboardInterrupt
+
+    backend = EmbeddedBackend(tmp_path / "ix", create=True)
+    with pytest.raises(KeyboardInterrupt):
+        index_questions(backend, corpus(), batch_size=10, workers=0)
+    assert backend.count() == 25
+    backend.close()
+
+
+def test_a_bad_record_with_worker_processes_keeps_what_came_before(tmp_path):
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text(
+        "id\ttitle\tbody\n" + "".join(f"q{i}\tt {i}\tb\n" for i in range(7)) + "broken\n"
+    )
+    backend = EmbeddedBackend(tmp_path / "ix", create=True)
+    with pytest.raises(CorpusError, match=r"c\.tsv:9"):
+        index_questions(backend, read_corpus(corpus), batch_size=3, workers=1)
+    assert backend.count() == 7
+    backend.close()
+
+
+def test_killed_during_indexing_keeps_the_commits_and_a_rerun_completes(tmp_path):
+    """kill -9 from the writer stage mid-run: committed batches survive, with their vectors."""
+    path = tmp_path / "ix"
+    script = textwrap.dedent(
+        f"""
+        import os, signal, numpy as np
+        from qres.backends.embedded import EmbeddedBackend
+        from qres.corpus import Question
+        from qres.indexing import index_questions
+
+        class Encoder:
+            fingerprint, dim, model_dir = "f" * 64, 4, "."
+            def tokenizer(self):
+                return lambda qs: [len(q.title) for q in qs]
+            def encode_tokens(self, tokens):
+                return np.tile(np.array(tokens, np.float32)[:, None], (1, 4)) / 100
+
+        written = 0
+        def on_batch(n):
+            global written
+            written += n
+            if written >= 2500:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        b = EmbeddedBackend({str(path)!r}, create=True)
+        questions = (Question(f"q{{i}}", "t" * (i % 50 + 1), "body") for i in range(5000))
+        index_questions(b, questions, Encoder(), batch_size=100, commit_every=1000,
+                        on_batch=on_batch, workers=0)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=os.environ.copy(), timeout=120)
+    assert proc.returncode == -9
+    backend = EmbeddedBackend(path)
+    committed = backend.count()
+    assert committed in (1000, 2000)  # whole commits only
+    ids = [f"q{i}" for i in range(committed)]
+    vectors, has = backend.vectors(ids)
+    assert has.all()
+    expected = np.array([i % 50 + 1 for i in range(committed)], np.float32) / 100
+    np.testing.assert_allclose(vectors[:, 0], expected, atol=1e-3)
+    rerun = [Question(f"q{i}", "t" * (i % 50 + 1), "body") for i in range(5000)]
+    index_questions(backend, rerun, batch_size=500, workers=0)  # completes it
+    assert backend.count() == 5000
+    backend.close()
