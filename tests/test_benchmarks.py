@@ -1,0 +1,46 @@
+"""The benchmark scripts still run and print their JSON (tiny sizes; no timing is checked)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "qres" / "models" / "default"
+
+
+def bench(script: str, *args) -> dict:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_search_latency_times_qres_beside_bm25s(shared_data):
+    result = bench(
+        "search_latency.py", "--docs", 300, "--queries", 60, "--model", MODEL,
+        "--data-dir", shared_data,
+    )  # fmt: skip
+    assert set(result["latency"]) == {"bm25", "dense", "hybrid", "bm25s"}
+    assert result["qres_bm25_over_bm25s_p50"] > 0
+    assert 0 < result["bm25s"]["top10_overlap_with_qres_bm25"] <= 1
+    assert result["machine"]["cpu_count"] >= 1
+
+
+def test_index_throughput_reports_each_stage(shared_data):
+    result = bench(
+        "index_throughput.py", "--docs", 300, "--model", MODEL, "--data-dir", shared_data
+    )
+    assert set(result["stages_alone"]) == {"read", "tokenise", "encode", "analyse", "write"}
+    assert result["end_to_end"]["questions_per_s"] > 0
+
+
+def test_cli_startup():
+    result = bench("cli_startup.py", "--runs", 1)
+    assert result["search_hybrid"]["median_s"] > result["python_start"]["median_s"]
