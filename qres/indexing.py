@@ -4,7 +4,7 @@ The calling thread reads the corpus and cuts it into batches; each batch then go
 three stages, each in its own thread, joined by small bounded queues (a slow stage holds the
 ones before it back instead of piling batches up in memory):
 
-* prepare — the BM25 terms (:meth:`Backend.analyze`) and the encoder's token ids, pure
+* prepare — the BM25 terms (:meth:`Backend.analysis`) and the encoder's token ids, pure
   Python; with ``workers`` > 0 in that many processes, which is what scales on many cores;
 * encode — onnxruntime on the token ids (it releases the GIL, so it overlaps the rest);
 * write — upsert into the backend and commit every ``commit_every`` questions. Only this
@@ -348,7 +348,7 @@ class Index:
     def add(
         self,
         questions: Iterable[Question] | str | Path,
-        batch_size: int = 256,
+        batch_size: int | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> IndexReport:
         """Add or replace ``questions`` (or those of a corpus file) by id; committed."""

@@ -53,12 +53,11 @@ def evaluate(command: str) -> dict[str, float]:
     """The metrics of a one-ranker ``qres evaluate`` command, run in-process."""
     from click.testing import CliRunner
 
-    from qres.cli import _register_optional_commands, cli
+    from qres.cli import cli
 
     words = shlex.split(command)
     if words[:2] != ["qres", "evaluate"]:
         raise ValueError(f"not a qres evaluate command: {command}")
-    _register_optional_commands()
     result = CliRunner().invoke(cli, [*words[1:], "--json"], catch_exceptions=False)
     if result.exit_code != 0:
         raise RuntimeError(f"{command} failed: {result.output.strip()}")

@@ -14,8 +14,8 @@ import pytest
 
 from qres.backends.embedded import EmbeddedBackend
 from qres.corpus import read_corpus
+from qres.datasets import dataset_dir, load_semeval
 from qres.encoder import Encoder
-from qres.evaluate import load_semeval
 from qres.fusion import Fusion, normalize_bm25
 from qres.indexing import index_questions
 from qres.search import Result, SearchPipeline
@@ -63,7 +63,8 @@ def demo(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid"])
 def test_top_k_is_identical_to_the_plain_path(demo, shared_data, mode):
     backend, encoder, questions = demo
-    queries = [q.question.title for q in load_semeval(shared_data, "dev").queries]
+    dev = load_semeval(dataset_dir("semeval2016", shared_data), "dev")
+    queries = [q.question.title for q in dev.queries]
     queries += [q.title for q in questions[:60]] + ["the of and", "zzz unknown"]
     pipeline = SearchPipeline(backend, encoder, FUSION)
     compared = 0
