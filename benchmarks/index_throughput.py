@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_latency import machine  # noqa: E402
@@ -40,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000)
     parser.add_argument("--model", type=Path, help="model dir: also tokenise and encode")
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=2048, help="questions per batch")
     parser.add_argument("--workers", type=int, help="prepare processes [default: auto]")
     parser.add_argument("--data-dir", type=Path, default=repo_shared_data())
     args = parser.parse_args()
@@ -66,7 +68,12 @@ def main() -> None:
         tokens = encoder.tokenize(questions)
         stages["tokenise"] = rate(len(questions), time.perf_counter() - start)
         start = time.perf_counter()
-        vectors = encoder.encode_tokens(tokens, args.batch_size)
+        vectors = np.concatenate(
+            [
+                encoder.encode_tokens(tokens[i : i + args.batch_size])
+                for i in range(0, len(tokens), args.batch_size)
+            ]
+        )
         stages["encode"] = rate(len(questions), time.perf_counter() - start)
         del tokens
 

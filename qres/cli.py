@@ -195,7 +195,7 @@ def _progress() -> Progress:
     "--batch-size",
     type=click.IntRange(min=1),
     default=None,
-    help="Questions per batch [default: 256, 4096 when encoding on CUDA].",
+    help="Questions per batch [default: 2048, 4096 when encoding on CUDA].",
 )
 @click.option(
     "--workers",

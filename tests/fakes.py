@@ -37,7 +37,7 @@ class TableEncoder:
     def tokenizer(self):
         return _texts
 
-    def encode_tokens(self, texts) -> np.ndarray:
+    def encode_tokens(self, texts, batch_size: int = 256) -> np.ndarray:
         return np.stack([self._vector(text) for text in texts])
 
 

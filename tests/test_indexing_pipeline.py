@@ -106,7 +106,7 @@ def test_killed_during_indexing_keeps_the_commits_and_a_rerun_completes(tmp_path
             fingerprint, dim, model_dir = "f" * 64, 4, "."
             def tokenizer(self):
                 return lambda qs: [len(q.title) for q in qs]
-            def encode_tokens(self, tokens):
+            def encode_tokens(self, tokens, batch_size=256):
                 return np.tile(np.array(tokens, np.float32)[:, None], (1, 4)) / 100
 
         written = 0
