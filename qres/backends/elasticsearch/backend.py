@@ -275,7 +275,7 @@ class EsBackend(Backend):
         self,
         questions: Sequence[Question],
         vectors: np.ndarray | None = None,
-        terms: Sequence | None = None,  # Elasticsearch analyses the text itself
+        terms: Sequence | None = None,  # unused: terms_fields() below works them out
     ) -> None:
         rows = None
         if vectors is not None:
