@@ -5,7 +5,8 @@ three stages, each in its own thread, joined by small bounded queues (a slow sta
 ones before it back instead of piling batches up in memory):
 
 * prepare — the BM25 terms (:meth:`Backend.analysis`) and the encoder's token ids, pure
-  Python; with ``workers`` > 0 in that many processes, which is what scales on many cores;
+  Python; with ``workers`` > 0 in that many processes from the second batch on, which is
+  what scales on many cores;
 * encode — onnxruntime on the token ids (it releases the GIL, so it overlaps the rest);
 * write — upsert into the backend and commit every ``commit_every`` questions. Only this
   thread writes, in corpus order, so the crash guarantees are those of one writer: a crash
@@ -93,16 +94,23 @@ def index_questions(
     since_commit = 0
     preparer = _Preparer(backend.analysis(), encoder.tokenizer() if encoder else None)
     pool = None
-    if workers > 0:
-        pool = ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded process
-            initializer=_start_worker,
-            initargs=(preparer,),
-        )
+    prepared = 0
 
     def prepare(batch: list[Question]) -> _Batch | Future:
-        return preparer(batch) if pool is None else pool.submit(_prepare_in_worker, batch)
+        # The first batch is prepared here: a corpus that fits in one batch never pays for
+        # starting worker processes.
+        nonlocal pool, prepared
+        prepared += 1
+        if workers == 0 or prepared == 1:
+            return preparer(batch)
+        if pool is None:
+            pool = ProcessPoolExecutor(
+                workers,
+                mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded process
+                initializer=_start_worker,
+                initargs=(preparer,),
+            )
+        return pool.submit(_prepare_in_worker, batch)
 
     def encode(batch: _Batch | Future) -> _Batch:
         if isinstance(batch, Future):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qres import indexing
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
 from qres.corpus import CorpusError, Question, read_corpus
@@ -27,7 +28,15 @@ def snapshot(backend: EmbeddedBackend, ids):
     return backend.fetch(ids), vectors, has, [h.id for h in backend.search("usb boot", 20)]
 
 
-def test_worker_processes_build_the_same_index_as_threads(tmp_path):
+def test_worker_processes_build_the_same_index_as_threads(tmp_path, monkeypatch):
+    submitted = []
+
+    class CountingPool(indexing.ProcessPoolExecutor):
+        def submit(self, fn, *args, **kwargs):
+            submitted.append(len(args[0]))
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(indexing, "ProcessPoolExecutor", CountingPool)
     encoder = Encoder.load(REPO / "qres" / "models" / "default")
     questions = list(read_corpus(DEMO))
     ids = [q.id for q in questions]
@@ -38,6 +47,7 @@ def test_worker_processes_build_the_same_index_as_threads(tmp_path):
         assert report.indexed == len(questions) == backend.count()
         got.append(snapshot(backend, ids))
         backend.close()
+    assert sum(submitted) == len(questions) - 50  # all but the first batch went to a worker
     (fetched0, vectors0, has0, top0), (fetched1, vectors1, has1, top1) = got
     assert fetched0 == fetched1 and top0 == top1 and has0.all() and has1.all()
     np.testing.assert_array_equal(vectors0, vectors1)
