@@ -66,6 +66,7 @@ LAZY_COMMANDS = {
     "tags": "qres.tags:tags_command",
     "train": "qres.training.commands:train",
     "export-onnx": "qres.training.commands:export_onnx",
+    "import-encoder": "qres.training.commands:import_encoder",
 }
 
 

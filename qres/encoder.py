@@ -14,6 +14,14 @@ A model directory (written by ``qres export-onnx``) holds:
 A question's vector is computed as in training: title and body tokenised with
 ``qres.text.tokenize`` and cut to the card's maximum lengths, each field encoded to a unit
 vector, the vectors of the non-empty fields averaged and re-normalised.
+
+A transformer model directory (``architecture: "transformer"``, written by ``qres
+import-encoder`` from a sentence-transformers model) has the same card and fingerprint, but
+``model.onnx`` takes ``input_ids`` and ``attention_mask`` (int64 [batch, length]) and the
+token ids come from a Hugging Face ``tokenizers`` file (the card's ``tokenizer_file``, e.g.
+``tokenizer.json``; it replaces ``vocab.txt`` in the fingerprint). Title and body are joined
+into one text (:attr:`qres.corpus.Question.text`) cut to ``max_seq_tokens``, as the model's
+sentence-transformers configuration does; pooling and normalisation are inside the graph.
 """
 
 from __future__ import annotations
@@ -35,16 +43,19 @@ from qres.vocab import Vocab, VocabError, pad_batch
 CARD_FILE = "model.json"
 VOCAB_FILE = "vocab.txt"
 CARD_FORMAT = "qres-encoder/1"
+TRANSFORMER = "transformer"
 
 
 class EncoderError(RuntimeError):
     """A missing, corrupt or incompatible model directory; one sentence."""
 
 
-def fingerprint(model_dir: str | Path, graph_files: Sequence[str]) -> str:
-    """sha256 over the graph files (in the order given) and ``vocab.txt``."""
+def fingerprint(
+    model_dir: str | Path, graph_files: Sequence[str], vocab_file: str = VOCAB_FILE
+) -> str:
+    """sha256 over the graph files (in the order given) and the vocabulary/tokenizer file."""
     digest = hashlib.sha256()
-    for name in [*graph_files, VOCAB_FILE]:
+    for name in [*graph_files, vocab_file]:
         with open(Path(model_dir) / name, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
@@ -55,6 +66,11 @@ def graph_files(card: dict) -> list[str]:
     """The distinct graph files of a card, title graph first."""
     graphs = card["graphs"]
     return list(dict.fromkeys([graphs["title"], graphs["body"]]))
+
+
+def vocab_file(card: dict) -> str:
+    """The file that maps text to token ids: ``vocab.txt``, or a transformer's tokenizer."""
+    return card["tokenizer_file"] if card.get("architecture") == TRANSFORMER else VOCAB_FILE
 
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -257,8 +273,9 @@ class Encoder:
 
         model_dir, card = model.path, model.card
         files = graph_files(card)
+        kind = TransformerEncoder if card.get("architecture") == TRANSFORMER else cls
         try:
-            vocab = Vocab.load(model_dir / VOCAB_FILE)
+            vocab = kind.load_vocab(model_dir, card)
         except VocabError as err:
             raise EncoderError(str(err)) from None
         runtime = runtime or Runtime.from_env()
@@ -282,19 +299,23 @@ class Encoder:
             return {"title": built[graphs["title"]], "body": built[graphs["body"]]}
 
         if providers:
-            return cls(model_dir, card, vocab, sessions(list(providers), runtime.bulk_threads))
+            return kind(model_dir, card, vocab, sessions(list(providers), runtime.bulk_threads))
         query_providers = runtime.providers(ort, bulk=False)
         bulk_providers = runtime.providers(ort, bulk=True)
         query = sessions(query_providers, runtime.query_threads)
         if bulk_providers == query_providers and runtime.query_threads == runtime.bulk_threads:
-            return cls(model_dir, card, vocab, query)
-        return cls(
+            return kind(model_dir, card, vocab, query)
+        return kind(
             model_dir,
             card,
             vocab,
             query,
             make_bulk=lambda: sessions(bulk_providers, runtime.bulk_threads),
         )
+
+    @staticmethod
+    def load_vocab(model_dir: Path, card: dict):
+        return Vocab.load(model_dir / VOCAB_FILE)
 
     def _bulk_sessions(self) -> dict:
         if self._bulk is None:
@@ -373,6 +394,66 @@ def _tokenize(vocab: Vocab, title_max: int, body_max: int, questions: Sequence[Q
     return [vocab.encode_question(q.title, q.body, title_max, body_max) for q in questions]
 
 
+class TransformerEncoder(Encoder):
+    """A sentence-transformers model exported to ONNX; the same interface as :class:`Encoder`.
+
+    ``vocab`` is the model's Hugging Face ``tokenizers.Tokenizer``; a question is one text
+    (title and body), so :meth:`tokenize` gives (ids, []) pairs.
+    """
+
+    def __init__(self, model_dir: Path, card: dict, tokenizer, sessions: dict, make_bulk=None):
+        super().__init__(model_dir, card, tokenizer, sessions, make_bulk)
+        self.max_tokens = int(card["max_seq_tokens"])
+        self._pad_id = int(card.get("pad_token_id", 0))
+
+    @staticmethod
+    def load_vocab(model_dir: Path, card: dict):
+        from tokenizers import Tokenizer
+
+        path = model_dir / card["tokenizer_file"]
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as err:  # tokenizers raises plain Exceptions with long messages
+            raise EncoderError(f"{path}: not a valid tokenizers file ({str(err)[:120]})") from None
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(int(card["max_seq_tokens"]))
+        return tokenizer
+
+    def tokenizer(self) -> Callable[[Sequence[Question]], list[tuple[list[int], list[int]]]]:
+        return partial(_tokenize_text, self.vocab)
+
+    def encode_tokens(
+        self, tokens: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int = 64
+    ) -> np.ndarray:
+        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output."""
+        ids = [t for t, _ in tokens]
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        session = (self._bulk_sessions() if len(ids) >= SMALL_BATCH else self._sessions)["title"]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            width = max(len(ids[i]) for i in rows)
+            batch = np.full((len(rows), width), self._pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for r, i in enumerate(rows):
+                batch[r, : len(ids[i])] = ids[i]
+                mask[r, : len(ids[i])] = 1
+            out[rows] = session.run(["vector"], {"input_ids": batch, "attention_mask": mask})[0]
+        return out
+
+    def encode_questions(self, questions: Sequence[Question], batch_size: int = 64) -> np.ndarray:
+        return self.encode_tokens(self.tokenize(questions), batch_size)
+
+    def encode_texts(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Unit vectors [n, dim] of texts, each cut to the card's ``max_seq_tokens``."""
+        return self.encode_questions([Question(str(i), t, "") for i, t in enumerate(texts)])
+
+
+def _tokenize_text(tokenizer, questions: Sequence[Question]):
+    texts = [q.text for q in questions]
+    return [(e.ids, []) for e in tokenizer.encode_batch(texts)] if texts else []
+
+
 def read_card(path: Path) -> dict:
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
@@ -389,6 +470,10 @@ def read_card(path: Path) -> dict:
     graphs = card.get("graphs")
     if not isinstance(graphs, dict) or not {"title", "body"} <= graphs.keys():
         raise EncoderError(f"{path}: not a valid model card (bad or missing 'graphs')")
+    if card.get("architecture") == TRANSFORMER:
+        for key, kind in (("tokenizer_file", str), ("max_seq_tokens", int)):
+            if not isinstance(card.get(key), kind):
+                raise EncoderError(f"{path}: not a valid model card (bad or missing {key!r})")
     return card
 
 

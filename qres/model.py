@@ -26,7 +26,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from qres.encoder import CARD_FILE, VOCAB_FILE, EncoderError, fingerprint, graph_files, read_card
+from qres.encoder import (
+    CARD_FILE,
+    EncoderError,
+    fingerprint,
+    graph_files,
+    read_card,
+    vocab_file,
+)
 
 ROLES = ("graph", "vocabulary", "fusion", "tag_head", "bow_weights")
 FUSION_FILE = "fusion.json"
@@ -84,7 +91,7 @@ def manifest(model_dir: str | Path, roles: dict[str, str]) -> dict:
 
 def core_roles(card: dict) -> dict[str, str]:
     """``{file: role}`` of the graphs and vocabulary a card names."""
-    return {**dict.fromkeys(graph_files(card), "graph"), VOCAB_FILE: "vocabulary"}
+    return {**dict.fromkeys(graph_files(card), "graph"), vocab_file(card): "vocabulary"}
 
 
 def add_to_manifest(model_dir: str | Path, name: str, role: str) -> None:
@@ -117,7 +124,7 @@ def open_model(model_dir: str | Path) -> Model:
     for name, role in core_roles(card).items():
         if files.get(name) != role:
             raise EncoderError(f"{model_dir / CARD_FILE}: the manifest does not list {name}")
-    if fingerprint(model_dir, graph_files(card)) != card.get("fingerprint"):
+    if fingerprint(model_dir, graph_files(card), vocab_file(card)) != card.get("fingerprint"):
         raise EncoderError(
             f"{model_dir}: files do not match the card's fingerprint (corrupt or edited)"
         )

