@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 
@@ -640,14 +641,43 @@ def evaluate(
 @json_option
 @click.option(
     "--model",
+    "models",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Model directory: fusion.json is written into it.",
+    multiple=True,
+    help="Model directory: fusion.json is written into it. Repeatable with --cv: BM25 is "
+    "then fused with every model's cosine (reported, not saved: search serves one model).",
 )
 @click.option("--split", type=click.Choice(["train", "dev"]), default="dev", show_default=True)
+@click.option(
+    "--cv",
+    "folds",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Cross-validate over the queries of --cv-splits in this many folds (by query) and "
+    "keep the fusion with the best cross-validated MAP.",
+)
+@click.option(
+    "--cv-splits",
+    default="train,dev",
+    show_default=True,
+    help="SemEval splits whose queries --cv uses; leave out any split an encoder was trained on.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "weighted-sum", "rrf", "pairwise-linear"]),
+    default="auto",
+    show_default=True,
+    help="With --cv: the fusion to keep (auto: the best by cross-validated MAP).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --cv: write every method's per-query out-of-fold metrics here (JSON).",
+)
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.pass_obj
-def tune_fusion_command(obj: Context, model, split, data_dir):
+def tune_fusion_command(obj: Context, models, split, folds, cv_splits, method, report, data_dir):
     """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
 
     Finds the mix (1 - a) * BM25/top BM25 of the query + a * cosine that gives the best
@@ -656,19 +686,39 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
     own training split the cosine looks far better than it is and gets all the weight.
     `qres evaluate` warns when it scores the split the fusion was tuned on.
 
+    With --cv K, the weighted sum, reciprocal-rank fusion and a pairwise learning-to-rank
+    model are each fitted K times, every query scored by the fit that did not see it; the
+    best by cross-validated MAP is refitted on all the queries and saved, with its folds,
+    so `qres evaluate` reports the cross-validated figure for those queries.
+
     \b
     Example:
       qres tune-fusion --model runs/gru/model
+      qres tune-fusion --model models/minilm --cv 5
+      qres tune-fusion --model models/minilm --model qres/models/default --cv 5 \\
+          --cv-splits dev --report fusion-cv.json
       qres evaluate --dataset semeval2016 --model runs/gru/model
     """
     from qres import evaluate as ev
     from qres.datasets import default_data_dir
     from qres.fusion import tune_fusion
 
-    encoder = obj.load_encoder(model)
     data_dir = data_dir or default_data_dir()
-    with _open_eval_index(obj, f"semeval2016-{encoder.fingerprint[:16]}") as backend:
-        lists = ev.candidate_scores(data_dir, split, backend, encoder)
+    encoders = [obj.load_encoder(m) for m in models]
+    if folds is None and len(models) > 1:
+        raise click.BadParameter("several models need --cv", param_hint="--model")
+    with ExitStack() as stack:
+        backends = [
+            stack.enter_context(_open_eval_index(obj, f"semeval2016-{e.fingerprint[:16]}"))
+            for e in encoders
+        ]
+        if folds is not None:
+            _tune_fusion_cv(
+                obj, models, encoders, backends, folds, cv_splits, method, report, data_dir
+            )
+            return
+        lists = ev.candidate_scores(data_dir, split, backends[0], encoders[0])
+    model = models[0]
     fusion = tune_fusion(
         lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"
     )
@@ -680,6 +730,89 @@ def tune_fusion_command(obj: Context, model, split, data_dir):
             f"fusion = {fusion.bm25:.3f} * bm25/top + {fusion.cosine:.3f} * cosine "
             f"+ {fusion.bias:.3f}  (saved to {saved})"
         )
+
+
+def _tune_fusion_cv(obj, models, encoders, backends, folds, cv_splits, method, report, data_dir):
+    from qres import fusion_cv as fcv
+    from qres.fusion import Fusion
+
+    splits = [s.strip() for s in cv_splits.split(",") if s.strip()]
+    pairs = list(zip(backends, encoders, strict=True))
+    lists = fcv.semeval_candidate_lists(data_dir, splits, pairs)
+    cv = fcv.cross_validate(lists, folds)
+    signals = ["bm25"] + [str(m) for m in models]
+    alone = {}
+    for i, name in enumerate(signals):
+        weights = [1.0 if j == i else 0.0 for j in range(len(signals))]
+        alone[name] = {c.query_id: fcv.query_metrics("weighted-sum", weights, c) for c in lists}
+    ids = {s: [c.query_id for c in lists if c.split == s] for s in splits}
+    every = [c.query_id for c in lists]
+    rows = {}
+    for name, per_query in [
+        *alone.items(),
+        *((m, r["per_query"]) for m, r in cv["methods"].items()),
+    ]:
+        row = {"all": fcv.summary(per_query, every)}
+        for s in splits:
+            row[s] = fcv.summary(per_query, ids[s])
+            gain = fcv.paired_bootstrap(
+                [per_query[q]["AP"] for q in ids[s]], [alone["bm25"][q]["AP"] for q in ids[s]]
+            )
+            row[s]["MAP vs bm25"] = gain
+        rows[name] = row
+    best = max(fcv.METHODS, key=lambda m: rows[m]["all"]["MAP"]) if method == "auto" else method
+    params = fcv.fit(best, lists)
+    record = {
+        "folds": folds,
+        "splits": splits,
+        "queries": len(lists),
+        "signals": signals,
+        "fingerprints": [e.fingerprint for e in encoders],
+        "fold_of": cv["fold_of"],
+        "per_fold": cv["methods"][best]["per_fold"],
+        "cv_map": {m: rows[m]["all"]["MAP"] for m in fcv.METHODS},
+    }
+    saved = None
+    if len(models) == 1:
+        weighted = best == "weighted-sum"
+        fusion = Fusion(
+            bm25=params[0] if weighted else 0.0,
+            cosine=params[1] if weighted else 0.0,
+            source=f"semeval2016 {'+'.join(splits)}: {best}, best of {', '.join(fcv.METHODS)} "
+            f"by {folds}-fold cross-validated MAP ({rows[best]['all']['MAP']:.2f})",
+            tuned_on=f"semeval2016/{'+'.join(splits)}",
+            method=best,
+            params=None if weighted else params,
+            cv=record,
+        )
+        saved = fusion.save(models[0])
+    result = {"chosen": best, "params": params, "saved": str(saved) if saved else None}
+    result["methods"] = rows
+    if report:
+        per_query = {**alone, **{m: r["per_query"] for m, r in cv["methods"].items()}}
+        report.write_text(json.dumps({**result, **record, "per_query": per_query}, indent=1))
+    if obj.as_json:
+        obj.emit(result)
+        return
+    table = Table(title=f"{folds}-fold CV over {len(lists)} SemEval queries ({'+'.join(splits)})")
+    table.add_column("ranker")
+    for s in ["all", *splits]:
+        table.add_column(f"{s} MAP", justify="right")
+    for s in splits:
+        table.add_column(f"{s} MRR / P@1", justify="right")
+        table.add_column(f"{s} ΔMAP vs bm25 [95% CI]", justify="right")
+    for name, row in rows.items():
+        cells = [f"{row[s]['MAP']:.2f}" for s in ["all", *splits]]
+        for s in splits:
+            d, lo, hi = row[s]["MAP vs bm25"]
+            cells += [
+                f"{row[s]['MRR']:.2f} / {row[s]['P@1']:.2f}",
+                f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+            ]
+        table.add_row(name + (" (kept)" if name == best else ""), *cells)
+    stdout.print(table)
+    where = f"saved to {saved}" if saved else "not saved: search serves one model"
+    console.print(f"kept {best} ({where})")
 
 
 # -- info ---------------------------------------------------------------------------------

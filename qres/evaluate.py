@@ -98,10 +98,19 @@ class PipelineRanker:
         """Every candidate with its score, best first; any the index does not return follow,
         in their given order, with score -inf."""
         vector = self._vector(query, self.pipeline)
-        results = self.pipeline.search(query.text, len(candidates), self.mode, candidates, vector)
+        pipeline = self._held_out(query.id)
+        results = pipeline.search(query.text, len(candidates), self.mode, candidates, vector)
         scored = [(r.id, r.score) for r in results]
         returned = {r.id for r in results}
         return scored + [(c, float("-inf")) for c in candidates if c not in returned]
+
+    def _held_out(self, query_id: str) -> SearchPipeline:
+        """A query the fusion was cross-validated on is fused as in its held-out fold."""
+        fusion = self.pipeline.fusion
+        if self.mode != "hybrid" or fusion.for_query(query_id) is fusion:
+            return self.pipeline
+        p = self.pipeline
+        return SearchPipeline(p.backend, p.encoder, fusion.for_query(query_id), p.candidates)
 
     def top(self, queries: Sequence[Question], k: int) -> list[list[str]]:
         """The first ``k`` corpus questions of each query, the query itself left out."""

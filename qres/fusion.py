@@ -7,13 +7,19 @@ length; the cosine is in [-1, 1] already. The weights are learned by
 :func:`tune_fusion` (the mix that maximises MAP on labelled candidate lists, e.g. SemEval
 train) and saved as ``fusion.json`` in the model directory, listed in its manifest
 (:mod:`qres.model`); without that file :data:`DEFAULT` is used.
+
+``qres tune-fusion --cv K`` instead compares the fusions of :mod:`qres.fusion_cv` (weighted
+sum, reciprocal-rank fusion, pairwise learning to rank) by K-fold cross-validated MAP and
+keeps the best: ``method`` and ``params`` say which and with what parameters, ``cv`` holds
+each fold's parameters and queries, so ``qres evaluate`` scores each query it was tuned on
+with the fusion of the folds that did not see it (:meth:`Fusion.for_query`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +32,27 @@ class Fusion:
     bias: float = 0.0
     source: str = "default"
     tuned_on: str | None = None  # "dataset/split" whose labels chose the weights
+    method: str = "weighted-sum"  # or another method of qres.fusion_cv
+    params: list[float] | None = None  # that method's parameters, when not bm25/cosine
+    cv: dict | None = None  # folds, fold_of (query → fold), per_fold params, CV metrics
 
     def score(self, bm25: np.ndarray, cosine: np.ndarray) -> np.ndarray:
-        return self.bm25 * normalize_bm25(bm25) + self.cosine * cosine + self.bias
+        if self.method == "weighted-sum":
+            return self.bm25 * normalize_bm25(bm25) + self.cosine * cosine + self.bias
+        from qres.fusion_cv import score, signals
+
+        return score(self.method, self.params, signals(bm25, [cosine]))
+
+    def for_query(self, query_id: str) -> Fusion:
+        """The fusion fitted without ``query_id`` when it was one of the cross-validated
+        queries (its honest, out-of-fold score), else this one."""
+        fold = (self.cv or {}).get("fold_of", {}).get(query_id)
+        if fold is None:
+            return self
+        params = self.cv["per_fold"][fold]
+        if self.method == "weighted-sum":
+            return replace(self, bm25=params[0], cosine=params[1], cv=None)
+        return replace(self, params=params, cv=None)
 
     def save(self, model_dir: str | Path) -> Path:
         """Write ``fusion.json`` into a model directory and list it in the manifest."""

@@ -1,0 +1,212 @@
+"""Learning how to fuse BM25 with one or more cosines, measured by k-fold cross-validation.
+
+Every labelled query is a :class:`CandidateList`: its candidates' signals ``x`` [n, 1 + M]
+(column 0 BM25 divided by the query's top BM25, then one cosine per model) and 0/1 labels.
+Three fusions are compared:
+
+* ``weighted-sum`` — ``x @ w`` with ``w`` on the simplex, chosen on a grid (step 1/20) to
+  maximise MAP directly (MAP is what the papers rank by);
+* ``rrf`` — reciprocal-rank fusion, Σ_s 1 / (60 + rank_s), nothing learned (Cormack et al.
+  2009's constant);
+* ``pairwise-linear`` — a small learning-to-rank model: a linear scorer over the signals and
+  their reciprocal ranks, fitted with the pairwise logistic (RankNet) loss on every
+  (relevant, non-relevant) pair of a query, L2-regularised.
+
+Folds are drawn by query (one SemEval query is one original question, so its ten candidates
+never straddle folds); each query is scored by the fusion fitted on the other folds, and the
+cross-validated MAP is the mean of those out-of-fold APs. Only the fusion is learned here:
+the encoders must not have been trained on the queries (use zero-shot models, or keep the
+queries an encoder was trained on out with the ``splits`` given to :func:`cross_validate`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qres.metrics import average_precision, precision_at, reciprocal_rank
+
+METHODS = ("weighted-sum", "rrf", "pairwise-linear")
+RRF_K = 60.0
+GRID_STEPS = 20
+L2 = 1.0
+
+
+@dataclass
+class CandidateList:
+    query_id: str
+    split: str
+    x: np.ndarray  # [n, 1 + M] float: bm25 / top bm25, then the cosines
+    labels: np.ndarray  # [n] bool
+
+
+def signals(bm25: np.ndarray, cosines: Sequence[np.ndarray]) -> np.ndarray:
+    top = float(np.max(bm25)) if len(bm25) else 0.0
+    normalised = bm25 / top if top > 0 else np.zeros_like(bm25)
+    return np.stack([normalised, *cosines], axis=1).astype(np.float64)
+
+
+def _inverse_ranks(x: np.ndarray) -> np.ndarray:
+    """1 / (RRF_K + rank) of each candidate under each signal (rank 1 = highest)."""
+    ranks = np.argsort(np.argsort(-x, axis=0, kind="stable"), axis=0) + 1
+    return 1.0 / (RRF_K + ranks)
+
+
+def _ltr_features(x: np.ndarray) -> np.ndarray:
+    return np.hstack([x, RRF_K * _inverse_ranks(x)])
+
+
+def score(method: str, params: list[float] | None, x: np.ndarray) -> np.ndarray:
+    if method == "weighted-sum":
+        return x @ np.asarray(params)
+    if method == "rrf":
+        return _inverse_ranks(x).sum(axis=1)
+    if method == "pairwise-linear":
+        return _ltr_features(x) @ np.asarray(params)
+    raise ValueError(f"unknown fusion method {method!r} (one of {', '.join(METHODS)})")
+
+
+def fit(method: str, lists: Sequence[CandidateList]) -> list[float] | None:
+    if method == "weighted-sum":
+        return _fit_weighted_sum(lists)
+    if method == "rrf":
+        return None
+    if method == "pairwise-linear":
+        return _fit_pairwise(lists)
+    raise ValueError(f"unknown fusion method {method!r} (one of {', '.join(METHODS)})")
+
+
+def mean_ap(method: str, params, lists: Sequence[CandidateList]) -> float:
+    return float(np.mean([query_metrics(method, params, c)["AP"] for c in lists]))
+
+
+def query_metrics(method: str, params, c: CandidateList) -> dict[str, float]:
+    order = np.argsort(-score(method, params, c.x), kind="stable")
+    ranked = c.labels[order]
+    return {
+        "AP": average_precision(ranked),
+        "RR": reciprocal_rank(ranked),
+        "P@1": precision_at(ranked, 1),
+    }
+
+
+def _simplex(dims: int, steps: int = GRID_STEPS) -> np.ndarray:
+    points = [c for c in itertools.product(range(steps + 1), repeat=dims - 1) if sum(c) <= steps]
+    grid = np.array([[*c, steps - sum(c)] for c in points], dtype=float) / steps
+    return grid
+
+
+def _fit_weighted_sum(lists: Sequence[CandidateList]) -> list[float]:
+    """The simplex grid point of best MAP; of tied points, the one nearest their mean."""
+    grid = _simplex(lists[0].x.shape[1])
+    quality = np.zeros(len(grid))
+    for c in lists:
+        scores = c.x @ grid.T  # [n, points]
+        order = np.argsort(-scores, axis=0, kind="stable")
+        ranked = c.labels[order]  # [n, points]
+        total = ranked.sum(axis=0)
+        hits = np.cumsum(ranked, axis=0) * ranked / np.arange(1, len(c.labels) + 1)[:, None]
+        quality += np.where(total > 0, hits.sum(axis=0) / np.maximum(total, 1), 0.0)
+    best = grid[quality >= quality.max() - 1e-9]
+    pick = best[np.argmin(np.linalg.norm(best - best.mean(axis=0), axis=1))]
+    return [float(v) for v in pick]
+
+
+def _fit_pairwise(lists: Sequence[CandidateList]) -> list[float]:
+    from scipy.optimize import minimize
+
+    diffs = []
+    for c in lists:
+        f = _ltr_features(c.x)
+        pos, neg = f[c.labels], f[~c.labels]
+        if len(pos) and len(neg):
+            diffs.append((pos[:, None, :] - neg[None, :, :]).reshape(-1, f.shape[1]))
+    d = np.vstack(diffs)
+
+    def loss(w):
+        margin = d @ w
+        value = np.logaddexp(0.0, -margin).mean() + L2 * (w @ w) / len(d)
+        grad = -(d * (1.0 / (1.0 + np.exp(margin)))[:, None]).mean(axis=0) + 2 * L2 * w / len(d)
+        return value, grad
+
+    w = minimize(loss, np.zeros(d.shape[1]), jac=True, method="L-BFGS-B").x
+    return [float(v) for v in w]
+
+
+def assign_folds(query_ids: Sequence[str], k: int) -> dict[str, int]:
+    """Each query to one of ``k`` folds of (nearly) equal size, in the order of a hash of
+    its id, so the folds do not depend on file order (nor follow the files' own grouping)."""
+    ordered = sorted(query_ids, key=lambda q: hashlib.sha256(q.encode()).hexdigest())
+    return {q: i % k for i, q in enumerate(ordered)}
+
+
+def cross_validate(
+    lists: Sequence[CandidateList], k: int = 5, methods: Sequence[str] = METHODS
+) -> dict:
+    """Out-of-fold per-query metrics and per-fold parameters of each method."""
+    fold_of = assign_folds([c.query_id for c in lists], k)
+    results = {}
+    for method in methods:
+        per_fold, per_query = [], {}
+        for fold in range(k):
+            train = [c for c in lists if fold_of[c.query_id] != fold]
+            params = fit(method, train)
+            per_fold.append(params)
+            for c in lists:
+                if fold_of[c.query_id] == fold:
+                    per_query[c.query_id] = query_metrics(method, params, c)
+        results[method] = {"per_fold": per_fold, "per_query": per_query}
+    return {"folds": k, "fold_of": fold_of, "methods": results}
+
+
+def summary(per_query: dict[str, dict], ids: Sequence[str]) -> dict[str, float]:
+    """MAP, MRR, P@1 in percent over ``ids``."""
+    return {
+        name: 100 * float(np.mean([per_query[q][key] for q in ids]))
+        for name, key in (("MAP", "AP"), ("MRR", "RR"), ("P@1", "P@1"))
+    }
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, seed: int = 0):
+    """Mean of a − b (percent) and its 95% paired-bootstrap interval over queries."""
+    diff = 100 * (np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(n, len(diff)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(diff.mean()), float(low), float(high)
+
+
+def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[CandidateList]:
+    """BM25 and each model's cosine for every candidate of the SemEval ``splits`` queries.
+
+    ``models``: (backend, encoder) pairs, each backend an evaluation index of every SemEval
+    related question with that encoder's vectors (filled here if empty or stale). Queries
+    are encoded whole (title and body), as ``qres evaluate`` does; BM25 comes from the
+    first backend's restricted search, as in the production pipeline.
+    """
+    from qres.evaluate import ensure_index, load_semeval, semeval_questions
+
+    for backend, encoder in models:
+        ensure_index(backend, lambda: semeval_questions(data_dir), encoder)
+    lists = []
+    for split in splits:
+        queries = load_semeval(data_dir, split).queries
+        query_vectors = [
+            encoder.encode_questions([q.question for q in queries]) for _, encoder in models
+        ]
+        first = models[0][0]
+        for i, q in enumerate(queries):
+            hits = first.search(q.question.text, len(q.candidates), only_ids=q.candidates)
+            ids = [h.id for h in hits]
+            bm25 = np.array([h.score for h in hits], dtype=np.float64)
+            cosines = []
+            for (backend, _), vectors in zip(models, query_vectors, strict=True):
+                stored, present = backend.vectors(ids)
+                cosines.append(np.where(present, stored @ vectors[i], 0.0))
+            labels = np.array([c in q.relevant for c in ids], dtype=bool)
+            lists.append(CandidateList(q.id, split, signals(bm25, cosines), labels))
+    return lists

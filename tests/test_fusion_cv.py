@@ -1,0 +1,129 @@
+"""Fusion learned by cross-validation (qres.fusion_cv) and its use in search and evaluate."""
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from qres import fusion_cv as fcv
+from qres.backends.embedded import EmbeddedBackend
+from qres.evaluate import PipelineRanker
+from qres.fusion import Fusion
+from qres.indexing import index_questions
+from qres.search import SearchPipeline
+
+from .fakes import TableEncoder
+from .test_search import CORPUS, ENCODER
+
+
+def synthetic(n_queries=40, informative=2, seed=0):
+    """Queries of 10 candidates, 3 relevant; signal ``informative`` ranks them perfectly,
+    the others are noise."""
+    rng = np.random.default_rng(seed)
+    lists = []
+    for i in range(n_queries):
+        labels = np.zeros(10, dtype=bool)
+        labels[rng.choice(10, 3, replace=False)] = True
+        x = rng.random((10, 3))
+        x[:, informative] = labels + 0.1 * rng.random(10)
+        lists.append(fcv.CandidateList(f"q{i}", "train", x, labels))
+    return lists
+
+
+def test_the_weighted_sum_puts_its_weight_on_the_informative_signal():
+    lists = synthetic()
+    weights = fcv.fit("weighted-sum", lists)
+    assert np.isclose(sum(weights), 1.0) and np.argmax(weights) == 2
+    assert fcv.mean_ap("weighted-sum", weights, lists) == pytest.approx(1.0)
+    assert fcv.mean_ap("weighted-sum", [1.0, 0.0, 0.0], lists) < 0.8
+
+
+def test_pairwise_learning_to_rank_learns_a_separable_signal():
+    lists = synthetic(informative=1)
+    w = fcv.fit("pairwise-linear", lists)
+    assert fcv.mean_ap("pairwise-linear", w, lists) == pytest.approx(1.0)
+
+
+def test_rrf_is_the_sum_of_reciprocal_ranks():
+    x = np.array([[3.0, 0.1], [2.0, 0.9], [1.0, 0.5]])
+    expected = [1 / 61 + 1 / 63, 1 / 62 + 1 / 61, 1 / 63 + 1 / 62]
+    assert fcv.score("rrf", None, x) == pytest.approx(expected)
+
+
+def test_folds_are_by_query_balanced_and_reproducible():
+    ids = [f"q{i}" for i in range(23)]
+    folds = fcv.assign_folds(ids, 5)
+    sizes = np.bincount(list(folds.values()))
+    assert sorted(folds) == sorted(ids) and sizes.max() - sizes.min() <= 1
+    assert folds == fcv.assign_folds(list(reversed(ids)), 5)
+
+
+def test_every_query_is_scored_by_a_fit_that_never_saw_it(monkeypatch):
+    lists = synthetic(n_queries=20)
+    seen_by_fit = []
+    real_fit = fcv.fit
+
+    def recording_fit(method, train):
+        seen_by_fit.append({c.query_id for c in train})
+        return real_fit(method, train)
+
+    monkeypatch.setattr(fcv, "fit", recording_fit)
+    cv = fcv.cross_validate(lists, k=4, methods=["weighted-sum"])
+    assert len(seen_by_fit) == 4
+    for query, fold in cv["fold_of"].items():
+        assert query not in seen_by_fit[fold]
+        assert all(query in seen for f, seen in enumerate(seen_by_fit) if f != fold)
+    assert set(cv["methods"]["weighted-sum"]["per_query"]) == {c.query_id for c in lists}
+
+
+def test_paired_bootstrap_interval():
+    mean, low, high = fcv.paired_bootstrap([0.5, 0.7, 0.9], [0.5, 0.7, 0.9])
+    assert (mean, low, high) == (0.0, 0.0, 0.0)
+    rng = np.random.default_rng(1)
+    a, b = rng.random(50), rng.random(50)
+    mean, low, high = fcv.paired_bootstrap(a, b)
+    assert mean == pytest.approx(100 * (a - b).mean()) and low < mean < high
+
+
+def cv_fusion():
+    """A saved CV fusion: query 'qa' was held out in fold 0 (weights 1/0: BM25 alone),
+    'qb' in fold 1 (0/1: cosine alone); the refit on everything is 0.5/0.5."""
+    cv = {"folds": 2, "fold_of": {"qa": 0, "qb": 1}, "per_fold": [[1.0, 0.0], [0.0, 1.0]]}
+    return Fusion(bm25=0.5, cosine=0.5, method="weighted-sum", cv=cv)
+
+
+def test_a_cross_validated_query_gets_the_fusion_of_the_folds_without_it():
+    fusion = cv_fusion()
+    assert fusion.for_query("qa").bm25 == 1.0 and fusion.for_query("qa").cosine == 0.0
+    assert fusion.for_query("qb").cosine == 1.0
+    assert fusion.for_query("unseen") is fusion
+    assert Fusion(**json.loads(json.dumps(asdict(fusion)))) == fusion  # as fusion.json keeps it
+
+
+def test_saved_rrf_and_learning_to_rank_fusions_score_in_search(tmp_path):
+    backend = EmbeddedBackend(tmp_path / "ix", create=True)
+    index_questions(backend, CORPUS, encoder=ENCODER)
+    for fusion in (
+        Fusion(0, 0, method="rrf"),
+        Fusion(0, 0, method="pairwise-linear", params=[0.0, 1.0, 0.0, 0.0]),
+    ):
+        results = SearchPipeline(backend, ENCODER, fusion).search("install ubuntu usb", 3)
+        assert results[0].id == "pendrive", fusion.method  # the cosine's favourite
+    backend.close()
+
+
+def test_evaluate_scores_each_cross_validated_query_with_its_held_out_fusion(tmp_path):
+    """'qa' (BM25 alone in its fold) ranks the word-sharing printer first; 'qb' (cosine
+    alone) the pendrive, for the same text: the refit 0.5/0.5 is never used for them."""
+    backend = EmbeddedBackend(tmp_path / "ix", create=True)
+    encoder = TableEncoder(ENCODER.directions)
+    index_questions(backend, CORPUS, encoder=encoder)
+    ranker = PipelineRanker(SearchPipeline(backend, encoder, cv_fusion()), "hybrid")
+    from qres.corpus import Question
+
+    text = ("install ubuntu printer driver usb", "")
+    candidates = ["printer", "pendrive", "wifi"]
+    assert ranker.score(Question("qa", *text), candidates)[0][0] == "printer"
+    assert ranker.score(Question("qb", *text), candidates)[0][0] == "pendrive"
+    backend.close()
