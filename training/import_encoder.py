@@ -70,11 +70,13 @@ def load_sentence_transformer(source: str | Path):
         raise EncoderImportError(f"{source}: not a sentence-transformers model (no modules.json)")
     try:
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
     except ImportError:
         raise EncoderImportError(
             "sentence-transformers is not installed: pip install 'qres[train]'"
         ) from None
 
+    transformers_logging.disable_progress_bar()  # qres prints one line per import
     return SentenceTransformer(str(source), device="cpu", local_files_only=True)
 
 

@@ -31,8 +31,13 @@ SOURCE = minilm.get_model_path()
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    out = tmp_path_factory.mktemp("minilm") / "model"
-    card = import_sentence_transformer(SOURCE, out)
+    """`qres import-encoder minilm`, written where it goes by default: $QRES_HOME/models."""
+    home = tmp_path_factory.mktemp("home")
+    result = CliRunner().invoke(import_encoder, ["minilm"], env={"QRES_HOME": str(home)})
+    assert result.exit_code == 0, result.output
+    out = home / "models" / "minilm"
+    assert result.output.startswith(f"wrote {out}: bert dim 384")
+    card = json.loads((out / "model.json").read_text())
     return out, card, load_sentence_transformer(SOURCE)
 
 
