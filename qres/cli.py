@@ -571,6 +571,12 @@ def evaluate(
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"
             )
+        if ranker == "hybrid" and fusion and fusion.cv:
+            console.print(
+                f"hybrid: {fusion.method} fusion cross-validated in {fusion.cv['folds']} folds "
+                f"over {fusion.tuned_on}: each of those queries is scored with the fusion "
+                "fitted without it"
+            )
         with ExitStack() as indexes:
             backend = corpus_backend = None
             if ranker in ("bm25", "dense", "hybrid"):

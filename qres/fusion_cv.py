@@ -188,13 +188,15 @@ def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[Can
     are encoded whole (title and body), as ``qres evaluate`` does; BM25 comes from the
     first backend's restricted search, as in the production pipeline.
     """
-    from qres.evaluate import ensure_index, load_semeval, semeval_questions
+    from qres.datasets import dataset_dir, load_semeval, semeval_questions
+    from qres.evaluate import ensure_index
 
+    folder = dataset_dir("semeval2016", data_dir)
     for backend, encoder in models:
-        ensure_index(backend, lambda: semeval_questions(data_dir), encoder)
+        ensure_index(backend, lambda: semeval_questions(folder), encoder)
     lists = []
     for split in splits:
-        queries = load_semeval(data_dir, split).queries
+        queries = load_semeval(folder, split).queries
         query_vectors = [
             encoder.encode_questions([q.question for q in queries]) for _, encoder in models
         ]

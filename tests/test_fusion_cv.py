@@ -127,3 +127,24 @@ def test_evaluate_scores_each_cross_validated_query_with_its_held_out_fusion(tmp
     assert ranker.score(Question("qa", *text), candidates)[0][0] == "printer"
     assert ranker.score(Question("qb", *text), candidates)[0][0] == "pendrive"
     backend.close()
+
+
+def test_semeval_candidate_lists_hold_bm25_and_every_models_cosine(tmp_path):
+    """On the real SemEval dev file: one list per query, its ten candidates, BM25 scaled
+    to the query's top, one cosine column per model, the official labels."""
+    from qres.datasets import dataset_dir, default_data_dir, load_semeval
+
+    models = []
+    for i, directions in enumerate(({"visa": 0, "doha": 1}, {"car": 0, "job": 2})):
+        backend = EmbeddedBackend(tmp_path / f"ix{i}", create=True)
+        models.append((backend, TableEncoder(directions, fingerprint=f"fake-{i}")))
+    lists = fcv.semeval_candidate_lists(default_data_dir(), ["dev"], models)
+    dev = load_semeval(dataset_dir("semeval2016", default_data_dir()), "dev").queries
+    assert [c.query_id for c in lists] == [q.id for q in dev] and len(lists) == 50
+    for c, q in zip(lists, dev, strict=True):
+        assert c.x.shape == (10, 3) and c.split == "dev"
+        assert c.x[:, 0].max() == pytest.approx(1.0) or c.x[:, 0].max() == 0.0
+        assert c.labels.sum() == len(q.relevant)
+    assert fcv.mean_ap("weighted-sum", [1.0, 0.0, 0.0], lists) == pytest.approx(0.7226, abs=0.02)
+    for backend, _ in models:
+        backend.close()
