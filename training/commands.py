@@ -9,7 +9,8 @@ import click
 
 TORCH_MISSING = "torch is not installed: pip install 'qres[train]'"
 
-ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn")  # + qres.training.bowcnn
+# + qres.training.bowcnn, + transformer (qres.training.finetune_transformer)
+ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn", "transformer")
 DATASET_CHOICES = ("semeval2016", "askubuntu")  # qres.training.data.DATASETS
 
 
@@ -56,7 +57,15 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     show_default=True,
     help="rcnn (gated-decay recurrent CNN, Lei et al. 2016), gru, lstm, cnn, bigru, or "
     "bowcnn (dos Santos et al. 2015: β·cos(IDF-weighted bag of words) + (1-β)·cos(CNN), "
-    "trained with log(1+exp(-γΔ))).",
+    "trained with log(1+exp(-γΔ))), or transformer (fine-tune the sentence-transformers "
+    "model of --base).",
+)
+@click.option(
+    "--base",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="transformer: the sentence-transformers model directory to fine-tune (1 epoch, "
+    "lr 2e-5, batch 16 unless given; no dev set read); then `qres import-encoder "
+    "sentence-transformers OUT --out MODEL_DIR`.",
 )
 @click.option(
     "--hidden",
@@ -204,9 +213,12 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     show_default=True,
     help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...",
 )
-def train(out_dir: Path, resume: bool, **options) -> None:
+def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
     """Train a question encoder with the max-margin loss, early-stopped on dev MAP."""
     _import_training()
+    if options["encoder"] == "transformer":
+        _finetune_transformer(out_dir, base, options)
+        return
     from rich.console import Console
 
     from qres.corpus import CorpusError
@@ -236,6 +248,35 @@ def train(out_dir: Path, resume: bool, **options) -> None:
             f"P@1 {best['P@1']:.2f} in {run['train_seconds']:.0f}s; "
             f"next: qres export-onnx {out_dir} --out models/{out_dir.name}"
         )
+
+
+def _finetune_transformer(out_dir: Path, base: Path | None, options: dict) -> None:
+    """``--encoder transformer``: in-batch + hard-negative fine-tuning of --base."""
+    if base is None:
+        _fail("--encoder transformer needs --base DIR (a sentence-transformers model)")
+    if options["dataset"] != "semeval2016":
+        _fail("--encoder transformer trains on semeval2016 only")
+    from qres.corpus import CorpusError
+    from qres.training.finetune_transformer import finetune
+    from qres.training.import_encoder import EncoderImportError
+
+    given = click.get_current_context().get_parameter_source
+    explicit = {
+        name: options[name]
+        for name in ("epochs", "lr", "batch_size", "seed")
+        if given(name) is not click.core.ParameterSource.DEFAULT
+    }
+    try:
+        record = finetune(
+            base, out_dir, options.get("data_dir"), device=options["device"], **explicit
+        )
+    except (CorpusError, EncoderImportError) as err:
+        _fail(str(err))
+    click.echo(
+        f"fine-tuned {base} on {record['pairs']} pairs in {record['seconds']:.0f}s "
+        f"({record['device']}); next: qres import-encoder sentence-transformers {out_dir} "
+        f"--out models/{out_dir.name}"
+    )
 
 
 def _print_extras(console, run: dict) -> None:

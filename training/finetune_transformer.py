@@ -1,0 +1,120 @@
+"""Fine-tune a sentence-transformers encoder on labelled duplicate pairs (``qres train
+--encoder transformer --base DIR``).
+
+Each (query, relevant question) pair of the training split is one example, with one of the
+query's own non-relevant candidates as its hard negative. The loss is the in-batch softmax
+(multiple-negatives ranking, scale 20): every other example's positive and every hard
+negative in the batch are negatives. AdamW with linear warm-up over the first 10% of the
+steps. A fixed number of epochs is run: no dev set is read, so dev stays unseen. Questions
+are the text the serving side encodes (:attr:`qres.corpus.Question.text`), cut to the
+model's ``max_seq_length``. The result is a sentence-transformers directory; ``qres
+import-encoder sentence-transformers`` turns it into a served model directory.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from qres.datasets import dataset_dir, load_semeval
+from qres.training.import_encoder import load_sentence_transformer
+
+SCALE = 20.0
+
+
+def training_triples(data_dir: Path | None, seed: int) -> list[tuple[str, str, str]]:
+    """(query, relevant, non-relevant candidate of the same query) texts of SemEval train."""
+    labelled = load_semeval(dataset_dir("semeval2016", data_dir), "train")
+    rng = random.Random(seed)
+    triples = []
+    for q in labelled.queries:
+        negatives = [c for c in q.candidates if c not in q.relevant and c in labelled.questions]
+        for r in sorted(q.relevant):
+            if r in labelled.questions and negatives:
+                negative = labelled.questions[rng.choice(negatives)].text
+                triples.append((q.question.text, labelled.questions[r].text, negative))
+    return triples
+
+
+def finetune(
+    base: Path,
+    out_dir: Path,
+    data_dir: Path | None = None,
+    epochs: int = 1,
+    lr: float = 2e-5,
+    batch_size: int = 16,
+    seed: int = 0,
+    device: str = "auto",
+    threads: int = 2,
+    log=print,
+) -> dict:
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    model = load_sentence_transformer(base).to(device)
+    triples = training_triples(data_dir, seed)
+    steps = epochs * ((len(triples) + batch_size - 1) // batch_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
+    )
+    rng = random.Random(seed)
+    started, step, losses = time.perf_counter(), 0, []
+    model.train()
+    for epoch in range(epochs):
+        rng.shuffle(triples)
+        for start in range(0, len(triples), batch_size):
+            batch = triples[start : start + batch_size]
+            texts = [t for triple in batch for t in triple]
+            features = _preprocess(model, texts)
+            features = {k: v.to(device) if torch.is_tensor(v) else v for k, v in features.items()}
+            vectors = torch.nn.functional.normalize(model(features)["sentence_embedding"], dim=1)
+            vectors = vectors.view(len(batch), 3, -1)
+            queries, candidates = (
+                vectors[:, 0],
+                vectors[:, 1:].transpose(0, 1).reshape(-1, vectors.shape[-1]),
+            )
+            scores = SCALE * queries @ candidates.T  # positives are columns 0..n-1
+            loss = torch.nn.functional.cross_entropy(
+                scores, torch.arange(len(batch), device=device)
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+            step += 1
+            if step % 10 == 0 or step == steps:
+                recent = sum(losses[-10:]) / len(losses[-10:])
+                elapsed = time.perf_counter() - started
+                log(f"epoch {epoch + 1} step {step}/{steps} loss {recent:.4f} {elapsed:.0f}s")
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save(str(out_dir))
+    record = {
+        "base": str(base),
+        "data": "semeval2016 train (parts 1 and 2); dev not read",
+        "pairs": len(triples),
+        "epochs": epochs,
+        "lr": lr,
+        "batch_size": batch_size,
+        "loss": "in-batch softmax (scale 20) with one hard negative per pair",
+        "seed": seed,
+        "device": device,
+        "seconds": round(time.perf_counter() - started, 1),
+        "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:])),
+    }
+    (out_dir / "qres_finetune.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+def _preprocess(model, texts):
+    """Token tensors of ``texts`` (``tokenize`` was renamed ``preprocess`` in
+    sentence-transformers 6)."""
+    method = getattr(model, "preprocess", None) or model.tokenize
+    return method(texts)
