@@ -148,3 +148,35 @@ def test_semeval_candidate_lists_hold_bm25_and_every_models_cosine(tmp_path):
     assert fcv.mean_ap("weighted-sum", [1.0, 0.0, 0.0], lists) == pytest.approx(0.7226, abs=0.02)
     for backend, _ in models:
         backend.close()
+
+
+def test_evaluate_reports_the_cross_validated_figure_that_tune_fusion_measured(run, tmp_path):
+    """`qres tune-fusion --cv` then `qres evaluate`: each dev query's hybrid AP through the
+    production search path is its out-of-fold AP from the cross-validation."""
+    import shutil
+    from pathlib import Path
+
+    model = tmp_path / "gru"
+    shutil.copytree(Path(__file__).parents[1] / "qres" / "models" / "default", model)
+    tuned = run(
+        "--json", "tune-fusion", "--model", model, "--cv", 5, "--cv-splits", "dev",
+        "--report", tmp_path / "cv.json",
+    )  # fmt: skip
+    assert tuned.exit_code == 0, tuned.output
+    report = json.loads(tuned.output)
+    saved = json.loads((model / "fusion.json").read_text())
+    assert saved["method"] == report["chosen"] and saved["tuned_on"] == "semeval2016/dev"
+    assert len(saved["cv"]["fold_of"]) == 50 and len(saved["cv"]["per_fold"]) == 5
+    assert report["methods"]["bm25"]["dev"]["MAP"] == pytest.approx(72.26, abs=0.01)
+
+    evaluated = run(
+        "--json", "evaluate", "--dataset", "semeval2016", "--split", "dev",
+        "--model", model, "--ranker", "hybrid", "--per-query",
+    )  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    hybrid = json.loads(evaluated.output[evaluated.output.index("[") :])[0]
+    cv_map = report["methods"][report["chosen"]]["dev"]["MAP"]
+    assert hybrid["metrics"]["MAP"] == pytest.approx(cv_map, abs=0.05)
+    out_of_fold = json.loads((tmp_path / "cv.json").read_text())["per_query"][report["chosen"]]
+    for row in hybrid["per_query"]:
+        assert row["AP"] == pytest.approx(100 * out_of_fold[row["query"]]["AP"], abs=1e-6)
