@@ -90,6 +90,12 @@ def _pooling(model, source: Path) -> str:
     modules = json.loads((source / "modules.json").read_text(encoding="utf-8"))
     config = json.loads((source / modules[1]["path"] / "config.json").read_text(encoding="utf-8"))
     chosen = [k for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+    if isinstance(config.get("pooling_mode"), str):  # sentence-transformers 6 writes this
+        chosen = [
+            {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token"}.get(
+                config["pooling_mode"], config["pooling_mode"]
+            )
+        ]
     if chosen == ["pooling_mode_mean_tokens"]:
         return "mean"
     if chosen == ["pooling_mode_cls_token"]:

