@@ -35,9 +35,11 @@ from qres.datasets import load_semeval_xml  # noqa: E402
 from qres.encoder import Encoder  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS, tokenize  # noqa: E402
+from qres.training.config import TrainConfig  # noqa: E402
 from qres.training.encoders import ENCODERS, EncoderConfig, QuestionEncoder  # noqa: E402
 from qres.training.export import export_onnx  # noqa: E402
-from qres.training.train import TrainConfig, load_trained, torch_encoder  # noqa: E402
+from qres.training.loop import torch_encoder  # noqa: E402
+from qres.training.rundir import load_trained  # noqa: E402
 from qres.vocab import Vocab  # noqa: E402
 
 

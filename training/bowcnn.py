@@ -3,7 +3,7 @@
     s(q, c) = β1 · cos(bow_q, bow_c) + β2 · cos(cnn_q, cnn_c),   β1 = bow_beta, β2 = 1 − β1
 
 * ``cnn`` — a ``qres.training.encoders.QuestionEncoder`` of kind ``cnn`` (title and body unit
-  vectors averaged), built as ``qres.training.train`` builds one;
+  vectors averaged), built as ``qres.training.rundir.new_run`` builds one;
 * ``bow`` — the question's title and body token ids (``TokenizedQuestions``, cut to
   title_max/body_max), entry ``tf(w) · weight[w]``. ``weight`` is learned, initialised to the
   IDF over the vocabulary questions (``data.vocab_ids``), log(N / df(w)). A word that no such
@@ -20,9 +20,9 @@ renumbered with ``torch.unique`` and term frequencies scattered into [n, V_batch
 [n, |V|]. Dev scores go through ``qres.bowcnn.BowCnnScorer`` (with the torch CNN), the code
 that serves the exported model.
 
-The run directory is that of ``qres.training.train`` (run.json, vocab.txt, last.pt, best.pt,
-same seeding, same resume); the checkpoints hold the whole ``BowCnn`` and run.json adds
-``"scorer": "bow-cnn"`` and ``"beta": [β1, β2]``.
+The run directory is ``qres.training.rundir``'s and the epochs run in ``qres.training.loop``
+(run.json, vocab.txt, last.pt, best.pt, same seeding, same resume); the checkpoints hold the
+whole ``BowCnn`` and run.json adds ``"scorer": "bow-cnn"`` and ``"beta": [β1, β2]``.
 """
 
 from __future__ import annotations
@@ -41,22 +41,18 @@ from torch import Tensor, nn
 from qres.bowcnn import SCORER, BowCnnScorer
 from qres.corpus import Question
 from qres.datasets import RankingQuery
+from qres.training.config import TrainConfig, TrainError, resolve_device
 from qres.training.data import Example, TokenizedQuestions, TrainingData, load_dataset
 from qres.training.encoders import EncoderConfig, QuestionEncoder
 from qres.training.evaluate import evaluate
-from qres.training.train import (
-    BEST_FILE,
+from qres.training.loop import candidate_rows, fit, torch_encoder
+from qres.training.rundir import (
     LAST_FILE,
     RUN_FILE,
     VOCAB_FILE,
-    TrainConfig,
-    TrainError,
-    _candidate_rows,
-    _new_run,
-    fit,
+    new_run,
     open_run,
-    resolve_device,
-    torch_encoder,
+    run_dir_and_checkpoint,
 )
 from qres.vocab import UNK_ID, Vocab
 
@@ -119,7 +115,7 @@ def bowcnn_step(
     row = {qid: n for n, qid in enumerate(ids)}
     bow, cnn = model(*tokenized.batch(ids, device))
     queries = torch.tensor([row[e.query] for e in batch], device=device)
-    scores = model.similarity(bow, cnn, queries).gather(1, _candidate_rows(batch, row).to(device))
+    scores = model.similarity(bow, cnn, queries).gather(1, candidate_rows(batch, row).to(device))
     loss = logistic_pairwise_loss(scores[:, 0], scores[:, 1:], config.gamma)
     optimizer.zero_grad()
     loss.backward()
@@ -200,7 +196,7 @@ def fit_bowcnn(config, out_dir: Path, run, data, console, show_progress, hard_ne
         state = torch.load(out_dir / LAST_FILE, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
     else:
-        encoder, vocab, run = _new_run(replace(config, encoder="cnn"), data, device)
+        encoder, vocab, run = new_run(replace(config, encoder="cnn"), data, device)
         tokenized = TokenizedQuestions(data.questions, vocab, config.title_max, config.body_max)
         bags = (title + body for title, body in map(tokenized.ids, data.vocab_ids))
         model = BowCnn(encoder, idf_weights(bags, len(vocab)), config.bow_beta)
@@ -236,16 +232,9 @@ def fit_bowcnn(config, out_dir: Path, run, data, console, show_progress, hard_ne
     )
 
 
-def _run_dir_and_checkpoint(source: Path) -> tuple[Path, Path]:
-    if source.is_dir():
-        best = source / BEST_FILE
-        return source, best if best.exists() else source / LAST_FILE
-    return source.parent, source
-
-
 def is_bowcnn_run(source: str | Path) -> bool:
     """Whether a run directory (or a checkpoint in one) holds a BOW-CNN run."""
-    run_dir, _ = _run_dir_and_checkpoint(Path(source))
+    run_dir, _ = run_dir_and_checkpoint(source)
     try:
         run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -255,7 +244,7 @@ def is_bowcnn_run(source: str | Path) -> bool:
 
 def load_bowcnn(source: str | Path) -> tuple[BowCnn, Vocab, dict]:
     """The model (eval mode), vocabulary and run record of a BOW-CNN run (best epoch)."""
-    run_dir, checkpoint = _run_dir_and_checkpoint(Path(source))
+    run_dir, checkpoint = run_dir_and_checkpoint(source)
     for path in (run_dir / RUN_FILE, run_dir / VOCAB_FILE, checkpoint):
         if not path.exists():
             raise TrainError(f"{path}: not found (is {run_dir} a training run directory?)")

@@ -222,7 +222,8 @@ def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
     from rich.console import Console
 
     from qres.corpus import CorpusError
-    from qres.training.train import TrainConfig, TrainError, history_table
+    from qres.training.config import TrainConfig, TrainError
+    from qres.training.rundir import history_table
     from qres.training.train import train as run_training
     from qres.training.vectors import VectorsError
 
@@ -322,10 +323,10 @@ card with the fingerprint), after checking onnxruntime against torch.""",
 def export_onnx(run_dir: Path, out_dir: Path) -> None:
     """Export a training run (its best epoch) or a checkpoint file to ONNX for serving."""
     _import_training()
+    from qres.training.config import TrainError
     from qres.training.export import ExportError
     from qres.training.export import export_onnx as run_export
     from qres.training.tags import export_head
-    from qres.training.train import TrainError
 
     try:
         card = run_export(run_dir, out_dir)

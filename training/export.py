@@ -33,7 +33,7 @@ from qres.model import BOW_WEIGHTS_FILE, OPTIONAL_FILES, core_roles, manifest, w
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
 from qres.training.bowcnn import is_bowcnn_run, load_bowcnn
 from qres.training.encoders import FieldEncoder
-from qres.training.train import load_trained
+from qres.training.rundir import load_trained
 
 OPSET = 17
 PARITY_TOLERANCE = 1e-4

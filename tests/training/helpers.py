@@ -16,7 +16,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 def tiny_config(**overrides):
     """A TrainConfig small enough for a test: 16-d random vectors, 12-d encoder."""
-    from qres.training.train import TrainConfig
+    from qres.training.config import TrainConfig
 
     values = dict(
         dataset="askubuntu",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -20,9 +22,11 @@ from qres.training.bowcnn import (
     logistic_pairwise_loss,
     train_bowcnn,
 )
+from qres.training.config import TrainError
 from qres.training.data import encode_id_lists, load_dataset
 from qres.training.export import export_onnx
-from qres.training.train import TrainError, history_table, train
+from qres.training.rundir import history_table
+from qres.training.train import train
 from tests.training.helpers import FIXTURE, tiny_config, tiny_model
 
 
@@ -211,3 +215,16 @@ def test_search_and_index_refuse_a_bowcnn_model(bowcnn_run, run, tmp_path):
         assert result.exit_code == 1, result.output
         assert "is a bow-cnn model: search ranks by the encoder's cosine" in result.output
         assert "--ranker bow-cnn" in result.output
+
+
+def test_bowcnn_does_not_import_the_encoder_trainer():
+    """No bowcnn <-> train import cycle: the shared run directory and loop live apart."""
+    code = (
+        "import sys, qres.training.bowcnn; "
+        "print(sorted(m for m in sys.modules if m.startswith('qres.training.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert "qres.training.loop" in loaded and "qres.training.rundir" in loaded
+    assert "qres.training.train'" not in loaded

@@ -13,7 +13,8 @@ from qres.encoder import Encoder
 from qres.training.data import encode_id_lists
 from qres.training.encoders import ENCODERS, POOLINGS
 from qres.training.export import export_field_encoder, export_onnx, parity_error
-from qres.training.train import load_trained, train
+from qres.training.rundir import load_trained
+from qres.training.train import train
 from tests.training.helpers import tiny_config, tiny_model
 
 LENGTHS = (1, 7, 100)

@@ -107,7 +107,7 @@ def test_train_tags_export_and_suggest_from_the_command_line(tmp_path, run):
     suggested = json.loads(result.output)
     assert len(suggested) == 3
     # the same scores as the torch head on the torch encoder
-    from qres.training.train import load_trained
+    from qres.training.rundir import load_trained
 
     encoder, vocab, _ = load_trained(out)
     state = torch.load(out / "best.pt", weights_only=False)["extras"]["tags"]

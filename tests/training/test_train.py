@@ -12,6 +12,7 @@ import torch
 from qres.corpus import Question
 from qres.datasets import RankingQuery, TrainQuery
 from qres.encoder import Encoder
+from qres.training.config import TrainConfig, TrainError
 from qres.training.data import (
     TokenizedQuestions,
     TrainingData,
@@ -22,7 +23,7 @@ from qres.training.encoders import ENCODERS, EncoderConfig, QuestionEncoder
 from qres.training.evaluate import evaluate
 from qres.training.export import export_onnx
 from qres.training.losses import max_margin_loss
-from qres.training.train import TrainConfig, TrainError, train, train_step
+from qres.training.train import train, train_step
 from qres.training.vectors import build_vocab
 from tests.training.helpers import FIXTURE, SHARED_DATA, tiny_config
 
