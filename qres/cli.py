@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -495,9 +494,31 @@ def _open_eval_index(obj: Context, name: str) -> Backend:
     "left out) and report Acc@K, the percent with one in the top K. Repeatable.",
 )
 @click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
+@click.option(
+    "--save-run",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the rankings as a TREC run file (with several rankers, FILE.RANKER.txt "
+    "each: runs/sem.txt -> runs/sem.bm25.txt).",
+)
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="With exactly two --ranker: the MAP difference (second - first) with its paired "
+    "bootstrap 95% interval and paired randomization test p-value.",
+)
 @click.pass_obj
 def evaluate(
-    obj: Context, dataset, split, rankers, model, data_dir, corpus, accuracy_at, per_query
+    obj: Context,
+    dataset,
+    split,
+    rankers,
+    model,
+    data_dir,
+    corpus,
+    accuracy_at,
+    per_query,
+    save_run,
+    compare,
 ):
     """Score rankers on a labelled benchmark: MAP, MRR, P@1, P@5 (percent).
 
@@ -515,6 +536,11 @@ def evaluate(
     --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
     whole corpus (SemEval: all related questions; AskUbuntu: the --corpus file;
     Android: its corpus). given-order has no Acc@K.
+    --save-run writes each ranker's ranked candidates as a TREC run file (qid Q0
+    docid rank score tag, the ranker as tag), readable by trec_eval.
+    --compare, with two rankers, tests the second's MAP against the first's over
+    the same queries: paired bootstrap 95% interval of the difference and a paired
+    randomization test p-value (see qres.significance).
 
     \b
     Examples:
@@ -524,91 +550,66 @@ def evaluate(
       qres evaluate --dataset android --data-dir data/android --split test --ranker bm25
       qres evaluate --dataset askubuntu --corpus text_tokenized.txt.gz --accuracy-at 1,5,10
       qres evaluate --dataset android --data-dir data/android --model runs/bowcnn/model
+      qres evaluate --dataset semeval2016 --model runs/gru/model --save-run runs/sem.txt
+      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker bm25 \
+          --ranker hybrid --compare
     """
-    from contextlib import ExitStack
-
     from qres import evaluate as ev
-    from qres.datasets import dataset_dir, default_data_dir
-    from qres.fusion import Fusion
 
-    if data_dir is None:
-        data_dir = dataset_dir("android") if dataset == "android" else default_data_dir()
-    bowcnn = False
-    if model is not None:
-        from qres.bowcnn import BowCnnScorer, is_bowcnn_model
+    try:
+        rankers = ev.choose_rankers(dataset, split, rankers, model)
+    except ev.SetupError as err:
+        raise click.BadParameter(str(err), param_hint=err.option) from None
+    if compare and len(rankers) != 2:
+        raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
 
-        bowcnn = is_bowcnn_model(model)
-    if not rankers:
-        rankers = ("given-order", "bm25")
-        if model:  # a BOW-CNN's dense vectors would be its CNN half alone
-            rankers += ("bow-cnn",) if bowcnn else ("dense", "hybrid")
-        if dataset == "android":
-            rankers = tuple(r for r in rankers if r != "given-order")
-    if dataset != "semeval2016" and split == "train":
-        raise click.BadParameter(
-            f"{dataset} has no labelled train split to evaluate on", param_hint="--split"
-        )
-    if dataset == "android" and "given-order" in rankers:
-        raise click.BadParameter("Android pairs have no given order", param_hint="--ranker")
-    if "bow-cnn" in rankers and not bowcnn:
-        raise click.BadParameter(
-            "bow-cnn needs --model DIR of a BOW-CNN export", param_hint="--ranker"
-        )
-    wants_vectors = any(r in ("dense", "hybrid") for r in rankers)
-    encoder = obj.load_encoder(model) if model and (wants_vectors or not bowcnn) else None
-    if wants_vectors and encoder is None:
-        raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
-    scorer = BowCnnScorer.load(model) if "bow-cnn" in rankers else None
-    key = "bm25" if encoder is None else encoder.fingerprint[:16]
-    source = corpus if dataset == "askubuntu" else data_dir if dataset == "android" else None
-    if source is not None:
-        key += "-" + hashlib.sha1(str(source.resolve()).encode()).hexdigest()[:8]
-    fusion = Fusion.load(model) if encoder is not None else None
-    evaluations = []
-    for ranker in rankers:
-        if ranker == "hybrid" and fusion and fusion.tuned_on == f"{dataset}/{split}":
-            console.print(
-                f"warning: the fusion weights were tuned on {dataset} {split}: "
-                "the hybrid figures on it are optimistic"
-            )
-        if ranker == "hybrid" and fusion and fusion.cv:
-            console.print(
-                f"hybrid: {fusion.method} fusion cross-validated in {fusion.cv['folds']} folds "
-                f"over {fusion.tuned_on}: each of those queries is scored with the fusion "
-                "fitted without it"
-            )
-        with ExitStack() as indexes:
-            backend = corpus_backend = None
-            if ranker in ("bm25", "dense", "hybrid"):
-                backend = indexes.enter_context(_open_eval_index(obj, f"{dataset}-{key}"))
-                if dataset == "askubuntu" and accuracy_at and corpus is not None:
-                    # Acc@k ranks the whole corpus file, kept apart from the candidates' index.
-                    corpus_backend = indexes.enter_context(
-                        _open_eval_index(obj, f"askubuntu-all-{key}")
-                    )
-            common = {
-                "ranker": ranker,
-                "backend": backend,
-                "encoder": encoder,
-                "fusion": fusion,
-                "scorer": scorer,
-                "accuracy_at": accuracy_at,
-            }
-            if dataset == "semeval2016":
-                evaluations.append(ev.evaluate_semeval(data_dir, split, **common))
-            elif dataset == "android":
-                evaluations.append(ev.evaluate_android(data_dir, split, **common))
-            else:
-                evaluations.append(
-                    ev.evaluate_askubuntu(
-                        data_dir, split, corpus=corpus, corpus_backend=corpus_backend, **common
-                    )
-                )
+    benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
+    evaluations = ev.evaluate_rankers(
+        benchmark,
+        rankers,
+        model,
+        lambda name: _open_eval_index(obj, name),
+        obj.load_encoder,
+        accuracy_at,
+        note=lambda message: console.print(message, highlight=False),
+    )
+    if save_run is not None:
+        _save_runs(save_run, evaluations)
+    comparison = ev.compare(*evaluations) if compare else None
     if obj.as_json:
+        summaries = [e.summary(per_query) for e in evaluations]
         obj.emit(
-            [asdict(e) if per_query else {**asdict(e), "per_query": None} for e in evaluations]
+            {"evaluations": summaries, "comparison": asdict(comparison)} if compare else summaries
         )
         return
+    _print_evaluations(dataset, split, evaluations, accuracy_at, per_query)
+    if comparison is not None:
+        _print_comparison(comparison, dataset)
+
+
+def _save_runs(path: Path, evaluations) -> None:
+    from qres.evaluate import save_runs
+
+    for out, e, lines in save_runs(path, evaluations):
+        console.print(f"wrote {out}: {lines} lines ({e.ranker}, TREC run format)", highlight=False)
+
+
+def _print_comparison(c, dataset: str) -> None:
+    d = 2 if dataset == "semeval2016" else 1
+    stdout.print(
+        f"{c.b} - {c.a}: MAP {c.difference:+.{d}f} ({c.map_b:.{d}f} vs {c.map_a:.{d}f}, "
+        f"{c.queries} queries)\n"
+        f"  paired bootstrap 95% interval [{c.ci_low:+.{d}f}, {c.ci_high:+.{d}f}]\n"
+        f"  paired randomization test p = {c.p_value:.4f} "
+        f"({c.resamples} resamples, seed {c.seed})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> None:
+    from qres import evaluate as ev
+
     # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
     decimals = 2 if dataset == "semeval2016" else 1
     columns = ["MAP", "MRR", "P@1", "P@5"]
@@ -629,7 +630,7 @@ def evaluate(
             f"Acc@k: percent of the {asked} queries with a relevant question that find one "
             "among the first k of the whole corpus (the query itself left out)"
         )
-        if "given-order" in rankers:
+        if any(e.ranker == "given-order" for e in evaluations):
             console.print("given-order ranks only each query's shipped candidates: no Acc@k")
     if per_query:
         for e in evaluations:

@@ -1,5 +1,13 @@
 """Benchmark evaluation: re-rank each labelled query's candidates and score the rankings.
 
+    benchmark = load_benchmark("semeval2016", "dev")
+    evaluation = evaluate(benchmark, "bm25", backend=index)   # MAP, MRR, P@1, P@5, per query
+    save_runs(Path("bm25.txt"), [evaluation])                  # a TREC run file
+    compare(evaluation, other)                                 # paired significance of MAP
+
+``qres evaluate`` is :func:`choose_rankers` and :func:`evaluate_rankers` (the evaluation
+indexes, the model's encoder, fusion or BOW-CNN scorer) and a table.
+
 Datasets:
 
 * ``semeval2016`` — SemEval-2016 Task 3 subtask B; queries without a relevant candidate
@@ -28,16 +36,19 @@ is among the first k. For AskUbuntu the whole corpus file goes into a second ind
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
-from qres import metrics
+from qres import metrics, significance
 from qres.backends.base import Backend, BackendError
+from qres.bowcnn import BowCnnScorer, is_bowcnn_model
 from qres.corpus import CorpusError, Question, read_corpus
 from qres.datasets import (
     LAYOUTS,
@@ -48,8 +59,11 @@ from qres.datasets import (
     load_semeval,
     semeval_questions,
 )
+from qres.fusion import Fusion
 from qres.indexing import index_questions
 from qres.search import MODES, SearchPipeline
+from qres.significance import Comparison
+from qres.trec import write_run
 
 DATASETS = ("askubuntu", "semeval2016", "android")
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
@@ -70,6 +84,33 @@ class Evaluation:
     ranker: str
     metrics: dict[str, float | None]
     per_query: list[dict] = field(default_factory=list)
+    # Per query id, its candidates best first with their scores: what a TREC run file holds.
+    ranked: dict[str, list[tuple[str, float]]] = field(default_factory=dict, repr=False)
+
+    def summary(self, per_query: bool = True) -> dict:
+        """The JSON form ``qres evaluate --json`` prints (the ranked lists left out)."""
+        out = {k: v for k, v in asdict(self).items() if k != "ranked"}
+        return out if per_query else {**out, "per_query": None}
+
+
+@dataclass
+class Benchmark:
+    """One split of a labelled set, ready to rank (:func:`load_benchmark`)."""
+
+    dataset: str
+    split: str
+    queries: list[RankingQuery]
+    texts: Mapping[str, Question]  # the queries' and candidates' questions by id
+    corpus: Callable[[], Iterable[Question]]  # every question Acc@k ranks
+    skip_without_relevant: bool  # queries without a relevant candidate left out (else AP 0)
+    with_auc: bool = False  # also AUC(0.05) over every labelled pair
+    has_given_order: bool = True
+    # What the candidates' index holds when that is not the whole corpus (AskUbuntu): Acc@k
+    # then needs a second index of the corpus.
+    indexed: Callable[[], Iterable[Question]] | None = None
+    source: Path | None = None  # the file or folder the texts come from (None: the layout's)
+    folder: Path | None = None  # the dataset's folder, named in errors
+    missing_texts: bool = False  # AskUbuntu without its corpus file: given-order only
 
 
 # -- rankers --------------------------------------------------------------------------------
@@ -213,13 +254,16 @@ def make_ranker(
 # -- scoring --------------------------------------------------------------------------------
 
 
-def given_order(query: RankingQuery) -> list[str]:
+def given_order(query: RankingQuery) -> list[tuple[str, float]]:
+    """The candidates in the order the dataset ships, with its scores (AskUbuntu's BM25) or,
+    where it has none, n − rank."""
     if query.given_scores is None:
-        return list(query.candidates)
+        n = len(query.candidates)
+        return [(c, float(n - i)) for i, c in enumerate(query.candidates)]
     by_score = sorted(
         zip(query.given_scores, range(len(query.candidates)), strict=True), key=lambda t: -t[0]
     )
-    return [query.candidates[i] for _, i in by_score]
+    return [(query.candidates[i], float(s)) for s, i in by_score]
 
 
 def _query_question(query: RankingQuery, texts: Mapping[str, Question]) -> Question:
@@ -236,9 +280,10 @@ def _lowest_below(scores: list[float]) -> list[float]:
     return [floor if s == float("-inf") else s for s in scores]
 
 
-def _score(dataset, split, ranker, queries, rankings, skip_without_relevant) -> Evaluation:
+def _score(benchmark: Benchmark, ranker: str, rankings: list[list[bool]]) -> Evaluation:
+    queries, skip = benchmark.queries, benchmark.skip_without_relevant
     counts = [len(q.relevant) for q in queries]
-    summary = metrics.summarize(rankings, counts, skip_without_relevant)
+    summary = metrics.summarize(rankings, counts, skip)
     per_query = [
         {
             "query": q.id,
@@ -249,39 +294,75 @@ def _score(dataset, split, ranker, queries, rankings, skip_without_relevant) -> 
             "P@5": 100 * metrics.precision_at(r, 5),
         }
         for q, r, n in zip(queries, rankings, counts, strict=True)
-        if not (skip_without_relevant and n == 0)
+        if not (skip and n == 0)
     ]
-    return Evaluation(dataset, split, ranker, summary, per_query)
+    return Evaluation(benchmark.dataset, benchmark.split, ranker, summary, per_query)
 
 
-def _evaluate(
-    dataset: str,
-    split: str,
-    name: str,
-    queries: list[RankingQuery],
-    texts: Mapping[str, Question],
-    ranker,
-    skip_without_relevant: bool,
+def evaluate(
+    benchmark: Benchmark,
+    ranker: str,
+    backend: Backend | None = None,
+    encoder=None,
+    fusion=None,
+    scorer=None,
     accuracy_at: Sequence[int] = (),
-    with_auc: bool = False,
+    corpus_backend: Backend | None = None,
 ) -> Evaluation:
+    """Rank each query's candidates with ``ranker`` (one of ``RANKERS``) and score them.
+
+    ``backend`` is the evaluation index of the qres rankers (filled on first use), ``encoder``
+    and ``fusion`` their model, ``scorer`` the BOW-CNN scorer of ``bow-cnn``. ``accuracy_at``
+    adds Acc@k; when the benchmark's index holds only the candidates (AskUbuntu), the whole
+    corpus goes into ``corpus_backend``.
+    """
+    if ranker == "given-order" and not benchmark.has_given_order:
+        raise ValueError(
+            f"{benchmark.dataset} pairs have no given order: rank with bm25, dense, hybrid, bow-cnn"
+        )
+    if ranker != "given-order" and benchmark.missing_texts:
+        raise CorpusError(
+            benchmark.folder,
+            None,
+            f"ranking with {ranker} needs the question texts: pass --corpus "
+            "text_tokenized.txt.gz (from `qres download askubuntu`)",
+        )
+    if accuracy_at and ranker in MODES and benchmark.indexed and corpus_backend is None:
+        raise ValueError(
+            f"Accuracy@k on {benchmark.dataset} needs corpus_backend for the whole corpus"
+        )
+    ranking = make_ranker(
+        ranker,
+        backend,
+        encoder,
+        fusion,
+        scorer,
+        benchmark.texts,
+        benchmark.corpus,
+        indexed=benchmark.indexed,
+        corpus_backend=corpus_backend if accuracy_at else None,
+    )
     rankings, pair_labels, pair_scores = [], [], []
-    for q in queries:
-        if ranker is None:
-            order = given_order(q)
+    ranked: dict[str, list[tuple[str, float]]] = {}
+    for q in benchmark.queries:
+        if ranking is None:
+            scored = given_order(q)
         else:
-            scored = ranker.score(_query_question(q, texts), q.candidates)
-            order = [c for c, _ in scored]
+            scored = ranking.score(_query_question(q, benchmark.texts), q.candidates)
             pair_labels += [c in q.relevant for c, _ in scored]
             pair_scores += [s for _, s in scored]
-        rankings.append([c in q.relevant for c in order])
-    evaluation = _score(dataset, split, name, queries, rankings, skip_without_relevant)
-    if with_auc:
+        ranked[q.id] = scored
+        rankings.append([c in q.relevant for c, _ in scored])
+    evaluation = _score(benchmark, ranker, rankings)
+    evaluation.ranked = ranked
+    if benchmark.with_auc:
         evaluation.metrics[AUC_COLUMN] = metrics.auc_percent(
             pair_labels, _lowest_below(pair_scores), AUC_MAX_FPR
         )
     if accuracy_at:
-        evaluation.metrics.update(accuracy(ranker, queries, texts, accuracy_at))
+        evaluation.metrics.update(
+            accuracy(ranking, benchmark.queries, benchmark.texts, accuracy_at)
+        )
     return evaluation
 
 
@@ -318,92 +399,180 @@ def ensure_index(
     index_questions(backend, questions(), encoder=encoder)
 
 
-def evaluate_semeval(
-    data_dir: Path,
-    split: str,
-    ranker: str,
-    backend: Backend | None = None,
-    encoder=None,
-    fusion=None,
-    scorer=None,
-    accuracy_at: Sequence[int] = (),
-) -> Evaluation:
-    """``accuracy_at``: Acc@k over every related question of the train and dev files."""
-    folder = dataset_dir("semeval2016", data_dir)
-    labelled = load_semeval(folder, split)
-    corpus = partial(semeval_questions, folder)
-    ranking = make_ranker(ranker, backend, encoder, fusion, scorer, labelled.questions, corpus)
-    return _evaluate(
-        "semeval2016", split, ranker, labelled.queries, {}, ranking, False, accuracy_at
-    )
+def load_benchmark(
+    dataset: str, split: str, data_dir: Path | None = None, corpus: Path | None = None
+) -> Benchmark:
+    """``split`` of ``dataset`` (one of ``DATASETS``) from ``data_dir`` (the layout's root;
+    for android the folder of its files).
 
-
-def evaluate_askubuntu(
-    data_dir: Path,
-    split: str,
-    ranker: str,
-    backend: Backend | None = None,
-    encoder=None,
-    fusion=None,
-    corpus: Path | None = None,
-    scorer=None,
-    accuracy_at: Sequence[int] = (),
-    corpus_backend: Backend | None = None,
-) -> Evaluation:
-    """``accuracy_at``: Acc@k over every question of ``corpus``, indexed into
-    ``corpus_backend`` (bm25, dense, hybrid) apart from the candidates' ``backend``."""
-    folder = dataset_dir("askubuntu", data_dir)
+    * semeval2016 — queries without a relevant candidate count with AP 0; Acc@k ranks every
+      related question of the train and dev files;
+    * askubuntu — the texts come from ``corpus`` (text_tokenized.txt.gz; without it only
+      given-order can rank); the candidates' index holds the queries and candidates, Acc@k
+      ranks the whole ``corpus`` file;
+    * android — AUC(0.05) too; the whole corpus is indexed and is what Acc@k ranks.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
+    if dataset == "android":
+        data_dir = data_dir if data_dir is not None else dataset_dir("android")
+        labelled = load_android(data_dir, split)
+        questions = labelled.questions
+        return Benchmark(
+            dataset,
+            split,
+            labelled.queries,
+            questions,
+            questions.values,
+            True,
+            with_auc=True,
+            has_given_order=False,
+            source=data_dir,
+            folder=data_dir,
+        )
+    folder = dataset_dir(dataset, data_dir)
+    if dataset == "semeval2016":
+        labelled = load_semeval(folder, split)
+        corpus_questions = partial(semeval_questions, folder)
+        return Benchmark(
+            dataset,
+            split,
+            labelled.queries,
+            labelled.questions,
+            corpus_questions,
+            False,
+            folder=folder,
+        )
     (split_file,) = LAYOUTS["askubuntu"].files(folder, split)
     queries = load_askubuntu_eval(split_file)
     texts: dict[str, Question] = {}
-    if ranker != "given-order":
-        if corpus is None:
-            raise CorpusError(
-                folder,
-                None,
-                f"ranking with {ranker} needs the question texts: pass --corpus "
-                "text_tokenized.txt.gz (from `qres download askubuntu`)",
-            )
+    if corpus is not None:
         needed = {q.id for q in queries} | {c for q in queries for c in q.candidates}
         texts = {q.id: q for q in read_corpus(corpus, "askubuntu") if q.id in needed}
-    if accuracy_at and ranker in MODES and corpus_backend is None:
-        raise ValueError("Accuracy@k on AskUbuntu needs corpus_backend for the whole corpus")
-    ranking = make_ranker(
-        ranker,
-        backend,
-        encoder,
-        fusion,
-        scorer,
+    return Benchmark(
+        dataset,
+        split,
+        queries,
         texts,
-        corpus=partial(read_corpus, corpus, "askubuntu"),
+        partial(read_corpus, corpus, "askubuntu"),
+        True,
         indexed=texts.values,
-        corpus_backend=corpus_backend if accuracy_at else None,
+        source=corpus,
+        folder=folder,
+        missing_texts=corpus is None,
     )
-    return _evaluate("askubuntu", split, ranker, queries, texts, ranking, True, accuracy_at)
 
 
-def evaluate_android(
-    data_dir: Path,
-    split: str,
-    ranker: str,
-    backend: Backend | None = None,
-    encoder=None,
-    fusion=None,
-    scorer=None,
+class SetupError(ValueError):
+    """Evaluation options that do not go together; ``option`` names the one to change."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(message)
+        self.option = option
+
+
+def choose_rankers(
+    dataset: str, split: str, rankers: Sequence[str], model: Path | None
+) -> tuple[str, ...]:
+    """``rankers`` checked against the dataset, split and model; by default given-order and
+    bm25, plus dense and hybrid with an encoder model or bow-cnn with a BOW-CNN one."""
+    bowcnn = model is not None and is_bowcnn_model(model)
+    if not rankers:
+        rankers = ("given-order", "bm25")
+        if model:  # a BOW-CNN's dense vectors would be its CNN half alone
+            rankers += ("bow-cnn",) if bowcnn else ("dense", "hybrid")
+        if dataset == "android":
+            rankers = tuple(r for r in rankers if r != "given-order")
+    if dataset != "semeval2016" and split == "train":
+        raise SetupError("--split", f"{dataset} has no labelled train split to evaluate on")
+    if dataset == "android" and "given-order" in rankers:
+        raise SetupError("--ranker", "Android pairs have no given order")
+    if "bow-cnn" in rankers and not bowcnn:
+        raise SetupError("--ranker", "bow-cnn needs --model DIR of a BOW-CNN export")
+    return tuple(rankers)
+
+
+def evaluate_rankers(
+    benchmark: Benchmark,
+    rankers: Sequence[str],
+    model: Path | None,
+    open_index: Callable[[str], AbstractContextManager[Backend]],
+    load_encoder: Callable[[Path], object],
     accuracy_at: Sequence[int] = (),
-) -> Evaluation:
-    """AUC(0.05) over every labelled pair of ``split``, MAP/MRR/P@k over each query's
-    labelled candidates; the whole corpus is indexed (and is what Acc@k ranks)."""
-    if ranker == "given-order":
-        raise ValueError(
-            "Android pairs have no given order: rank with bm25, dense, hybrid, bow-cnn"
-        )
-    labelled = load_android(data_dir, split)
-    questions = labelled.questions
-    ranking = make_ranker(ranker, backend, encoder, fusion, scorer, questions, questions.values)
-    return _evaluate(
-        "android", split, ranker, labelled.queries, questions, ranking, True, accuracy_at, True
-    )
+    note: Callable[[str], None] = lambda _message: None,
+) -> list[Evaluation]:
+    """What ``qres evaluate`` does: each ranker of :func:`choose_rankers` on ``benchmark``
+    with ``model`` (an encoder or a BOW-CNN export).
+
+    The qres rankers use evaluation indexes opened with ``open_index(name)``; the name holds
+    the model's fingerprint and the texts' source, so an index is re-used only for the same
+    model and corpus. ``note`` is told what the figures should be read with (a fusion
+    tuned on the split scored, or cross-validated on it).
+    """
+    bowcnn = model is not None and is_bowcnn_model(model)
+    wants_vectors = any(r in ("dense", "hybrid") for r in rankers)
+    encoder = load_encoder(model) if model and (wants_vectors or not bowcnn) else None
+    if wants_vectors and encoder is None:
+        raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
+    scorer = BowCnnScorer.load(model) if "bow-cnn" in rankers else None
+    fusion = Fusion.load(model) if encoder is not None else None
+    dataset, split = benchmark.dataset, benchmark.split
+    key = "bm25" if encoder is None else encoder.fingerprint[:16]
+    if benchmark.source is not None:
+        key += "-" + hashlib.sha1(str(benchmark.source.resolve()).encode()).hexdigest()[:8]
+    evaluations = []
+    for ranker in rankers:
+        if ranker == "hybrid" and fusion and fusion.tuned_on == f"{dataset}/{split}":
+            note(
+                f"warning: the fusion weights were tuned on {dataset} {split}: "
+                "the hybrid figures on it are optimistic"
+            )
+        if ranker == "hybrid" and fusion and fusion.cv:
+            note(
+                f"hybrid: {fusion.method} fusion cross-validated in {fusion.cv['folds']} folds "
+                f"over {fusion.tuned_on}: each of those queries is scored with the fusion "
+                "fitted without it"
+            )
+        with ExitStack() as indexes:
+            backend = corpus_backend = None
+            if ranker in MODES:
+                backend = indexes.enter_context(open_index(f"{dataset}-{key}"))
+                if benchmark.indexed is not None and accuracy_at and benchmark.source:
+                    # Acc@k ranks the whole corpus file, kept apart from the candidates' index.
+                    corpus_backend = indexes.enter_context(open_index(f"{dataset}-all-{key}"))
+            evaluations.append(
+                evaluate(
+                    benchmark,
+                    ranker,
+                    backend,
+                    encoder,
+                    fusion,
+                    scorer,
+                    accuracy_at,
+                    corpus_backend,
+                )
+            )
+    return evaluations
+
+
+def save_runs(path: Path, evaluations: Sequence[Evaluation]) -> list[tuple]:
+    """Each evaluation's rankings as a TREC run file tagged with its ranker: ``path`` for
+    one, ``<stem>.<ranker>.txt`` beside it for several; (file, evaluation, lines) of each."""
+    written = []
+    for e in evaluations:
+        out = path if len(evaluations) == 1 else path.with_name(f"{path.stem}.{e.ranker}.txt")
+        written.append((out, e, write_run(out, e.ranked, e.ranker)))
+    return written
+
+
+def compare(first: Evaluation, second: Evaluation) -> Comparison:
+    """Paired significance of ``second``'s MAP against ``first``'s (:mod:`qres.significance`)
+    over their per-query APs."""
+
+    def aps(e: Evaluation) -> dict[str, float]:
+        return {row["query"]: row["AP"] for row in e.per_query}
+
+    return significance.compare(first.ranker, aps(first), second.ranker, aps(second))
 
 
 def _pipeline(backend, encoder, fusion) -> SearchPipeline:

@@ -315,7 +315,7 @@ def test_bow_cnn_ranks_each_querys_candidates_by_the_scorer(tmp_path):
         return list(scorer.similarity([question(qid)], [question(c) for c in candidates])[0])
 
     auc, map_ = expected_figures(score_of)
-    evaluation = ev.evaluate_android(data, "dev", "bow-cnn", scorer=scorer)
+    evaluation = ev.evaluate(ev.load_benchmark("android", "dev", data), "bow-cnn", scorer=scorer)
     assert evaluation.metrics[ev.AUC_COLUMN] == pytest.approx(auc)
     assert evaluation.metrics["MAP"] == pytest.approx(map_)
 
@@ -335,10 +335,11 @@ def test_bow_cnn_top_k_in_chunks_equals_ranking_all_at_once():
 
 def test_bow_cnn_without_a_scorer_and_android_given_order_are_refused(tmp_path):
     data = write_android(tmp_path / "android")
+    benchmark = ev.load_benchmark("android", "dev", data)
     with pytest.raises(Exception, match="bow-cnn ranker needs --model"):
-        ev.evaluate_android(data, "dev", "bow-cnn")
+        ev.evaluate(benchmark, "bow-cnn")
     with pytest.raises(ValueError, match="no given order"):
-        ev.evaluate_android(data, "dev", "given-order")
+        ev.evaluate(benchmark, "given-order")
 
 
 def test_bow_cnn_needs_a_bow_cnn_model(run, tmp_path):
