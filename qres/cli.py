@@ -557,13 +557,13 @@ def evaluate(
     from qres import evaluate as ev
 
     try:
-        rankers = ev.choose_rankers(dataset, split, rankers, model)
+        rankers = ev.choose_rankers(dataset, rankers, model)
+        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
     if compare and len(rankers) != 2:
         raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
 
-    benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
     evaluations = ev.evaluate_rankers(
         benchmark,
         rankers,
@@ -578,9 +578,7 @@ def evaluate(
     comparison = ev.compare(*evaluations) if compare else None
     if obj.as_json:
         summaries = [e.summary(per_query) for e in evaluations]
-        obj.emit(
-            {"evaluations": summaries, "comparison": asdict(comparison)} if compare else summaries
-        )
+        obj.emit(summaries if comparison is None else _with_comparison(summaries, comparison))
         return
     _print_evaluations(dataset, split, evaluations, accuracy_at, per_query)
     if comparison is not None:
@@ -592,6 +590,10 @@ def _save_runs(path: Path, evaluations) -> None:
 
     for out, e, lines in save_runs(path, evaluations):
         console.print(f"wrote {out}: {lines} lines ({e.ranker}, TREC run format)", highlight=False)
+
+
+def _with_comparison(summaries: list[dict], comparison) -> dict:
+    return {"evaluations": summaries, "comparison": asdict(comparison)}
 
 
 def _print_comparison(c, dataset: str) -> None:
@@ -642,6 +644,51 @@ def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> N
                     *(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values())
                 )
             stdout.print(detail)
+
+
+@cli.command("compare-runs")
+@json_option
+@click.argument("run_a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
+)
+@click.option(
+    "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="As for qres evaluate: where the dataset's judgments are.",
+)
+@click.pass_obj
+def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
+    """Score two TREC run files on a benchmark and test whether their MAPs differ.
+
+    RUN_B's MAP minus RUN_A's, over the benchmark's queries (as qres evaluate counts
+    them), with a paired bootstrap 95% interval and a paired randomization test
+    p-value (qres.significance). Runs are read as trec_eval reads them (by score).
+
+    \b
+    Example:
+      qres evaluate --dataset semeval2016 --ranker bm25 --save-run bm25.txt
+      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker hybrid \\
+          --save-run gru.txt
+      qres compare-runs bm25.txt gru.txt --dataset semeval2016
+    """
+    from qres import evaluate as ev
+
+    try:
+        benchmark = ev.load_benchmark(dataset, split, data_dir)
+    except ev.SetupError as err:
+        raise click.BadParameter(str(err), param_hint=err.option) from None
+    evaluations = [ev.evaluate_run(benchmark, path) for path in (run_a, run_b)]
+    comparison = ev.compare(*evaluations)
+    if obj.as_json:
+        obj.emit(_with_comparison([e.summary() for e in evaluations], comparison))
+        return
+    _print_evaluations(dataset, split, evaluations, (), False)
+    _print_comparison(comparison, dataset)
 
 
 @cli.command("tune-fusion")

@@ -63,7 +63,7 @@ from qres.fusion import Fusion
 from qres.indexing import index_questions
 from qres.search import MODES, SearchPipeline
 from qres.significance import Comparison
-from qres.trec import write_run
+from qres.trec import read_run, write_run
 
 DATASETS = ("askubuntu", "semeval2016", "android")
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
@@ -414,6 +414,8 @@ def load_benchmark(
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
+    if dataset != "semeval2016" and split == "train":
+        raise SetupError("--split", f"{dataset} has no labelled train split to evaluate on")
     if dataset == "android":
         data_dir = data_dir if data_dir is not None else dataset_dir("android")
         labelled = load_android(data_dir, split)
@@ -471,9 +473,7 @@ class SetupError(ValueError):
         self.option = option
 
 
-def choose_rankers(
-    dataset: str, split: str, rankers: Sequence[str], model: Path | None
-) -> tuple[str, ...]:
+def choose_rankers(dataset: str, rankers: Sequence[str], model: Path | None) -> tuple[str, ...]:
     """``rankers`` checked against the dataset, split and model; by default given-order and
     bm25, plus dense and hybrid with an encoder model or bow-cnn with a BOW-CNN one."""
     bowcnn = model is not None and is_bowcnn_model(model)
@@ -483,8 +483,6 @@ def choose_rankers(
             rankers += ("bow-cnn",) if bowcnn else ("dense", "hybrid")
         if dataset == "android":
             rankers = tuple(r for r in rankers if r != "given-order")
-    if dataset != "semeval2016" and split == "train":
-        raise SetupError("--split", f"{dataset} has no labelled train split to evaluate on")
     if dataset == "android" and "given-order" in rankers:
         raise SetupError("--ranker", "Android pairs have no given order")
     if "bow-cnn" in rankers and not bowcnn:
@@ -553,6 +551,20 @@ def evaluate_rankers(
                 )
             )
     return evaluations
+
+
+def evaluate_run(benchmark: Benchmark, path: Path) -> Evaluation:
+    """A TREC run file's rankings scored on ``benchmark``, named after the file; a query the
+    run leaves out ranks nothing (AP 0), a query the benchmark does not hold is refused."""
+    run = read_run(path)
+    known = {q.id for q in benchmark.queries}
+    unknown = sorted(set(run) - known)
+    if unknown:
+        raise CorpusError(
+            path, None, f"query {unknown[0]} is not in {benchmark.dataset} {benchmark.split}"
+        )
+    rankings = [[d in q.relevant for d in run.get(q.id, [])] for q in benchmark.queries]
+    return _score(benchmark, Path(path).name, rankings)
 
 
 def save_runs(path: Path, evaluations: Sequence[Evaluation]) -> list[tuple]:

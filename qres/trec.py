@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from qres.corpus import CorpusError
+
 TIE_STEP = 1e-6
 
 
@@ -39,3 +41,24 @@ def write_run(path: Path, ranked: Mapping[str, Sequence[tuple[str, float]]], tag
     tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     tmp.replace(path)
     return len(lines)
+
+
+def read_run(path: Path) -> dict[str, list[str]]:
+    """Each query's docids of a run file, best first as trec_eval orders them: by score
+    descending, ties by docid descending (the rank column is not read)."""
+    lines: dict[str, list[tuple[float, str]]] = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 6:
+                raise CorpusError(path, number, "expected 6 fields: qid Q0 docid rank score tag")
+            try:
+                score = float(fields[4])
+            except ValueError:
+                raise CorpusError(path, number, f"score {fields[4]!r} is not a number") from None
+            lines.setdefault(fields[0], []).append((score, fields[2]))
+    return {
+        qid: [docid for _, docid in sorted(scored, reverse=True)] for qid, scored in lines.items()
+    }

@@ -75,3 +75,45 @@ def test_compare_two_rankers(run, tmp_path):
     assert "paired bootstrap 95% interval" in text and "randomization test p =" in text
     refused = run(*args[:-2], "--compare")
     assert refused.exit_code == 2 and "exactly two --ranker" in refused.output
+
+
+def test_compare_runs_of_saved_runs_is_evaluate_compare(run, tmp_path):
+    args = ["evaluate", "--dataset", "semeval2016", "--ranker", "given-order", "--ranker", "bm25"]
+    direct = json.loads(run("--json", *args, "--compare", "--save-run", tmp_path / "r.txt").stdout)
+    a, b = tmp_path / "r.given-order.txt", tmp_path / "r.bm25.txt"
+    payload = json.loads(run("--json", "compare-runs", a, b, "--dataset", "semeval2016").stdout)
+    assert [e["ranker"] for e in payload["evaluations"]] == ["r.given-order.txt", "r.bm25.txt"]
+    for ours, theirs in zip(payload["evaluations"], direct["evaluations"], strict=True):
+        assert ours["metrics"] == pytest.approx(theirs["metrics"])
+    got, want = payload["comparison"], direct["comparison"]
+    assert {k: v for k, v in got.items() if k not in ("a", "b")} == pytest.approx(
+        {k: v for k, v in want.items() if k not in ("a", "b")}
+    )
+    assert (
+        "paired randomization test" in run("compare-runs", a, b, "--dataset", "semeval2016").output
+    )
+
+
+def test_compare_runs_reads_runs_as_trec_eval_and_refuses_bad_ones(run, tmp_path):
+    benchmark = load_benchmark("semeval2016", "dev")
+    first = benchmark.queries[0]
+    relevant = sorted(first.relevant)[0]
+    # Only the first query ranked, its relevant candidate first by score (rank column ignored).
+    good = tmp_path / "good.txt"
+    good.write_text(f"{first.id} Q0 other 1 1.0 x\n{first.id} Q0 {relevant} 2 5.0 x\n")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    payload = json.loads(
+        run("--json", "compare-runs", empty, good, "--dataset", "semeval2016").stdout
+    )
+    ap = {row["query"]: row["AP"] for row in payload["evaluations"][1]["per_query"]}
+    assert ap[first.id] == pytest.approx(100 / len(first.relevant))
+    assert sum(ap.values()) == ap[first.id]  # every other query ranks nothing: AP 0
+    bad = tmp_path / "bad.txt"
+    bad.write_text(f"{first.id} Q0 {relevant} 1 5.0 x\n{first.id} Q0 oops\n")
+    result = run("compare-runs", bad, good, "--dataset", "semeval2016")
+    assert result.exit_code == 1 and f"{bad}:2: expected 6 fields" in result.output
+    assert "Traceback" not in result.output
+    bad.write_text("nosuchquery Q0 d 1 5.0 x\n")
+    result = run("compare-runs", bad, good, "--dataset", "semeval2016")
+    assert result.exit_code == 1 and "query nosuchquery is not in semeval2016 dev" in result.output
