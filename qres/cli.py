@@ -449,14 +449,19 @@ def _open_eval_index(obj: Context, name: str) -> Backend:
         return open_it(rebuild=True)
 
 
+def _dataset_options(command):
+    """--dataset and --split, as evaluate and compare-runs take them."""
+    command = click.option(
+        "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
+    )(command)
+    return click.option(
+        "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
+    )(command)
+
+
 @cli.command()
 @json_option
-@click.option(
-    "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
-)
-@click.option(
-    "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
-)
+@_dataset_options
 @click.option(
     "--ranker",
     "rankers",
@@ -551,7 +556,7 @@ def evaluate(
       qres evaluate --dataset askubuntu --corpus text_tokenized.txt.gz --accuracy-at 1,5,10
       qres evaluate --dataset android --data-dir data/android --model runs/bowcnn/model
       qres evaluate --dataset semeval2016 --model runs/gru/model --save-run runs/sem.txt
-      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker bm25 \
+      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker bm25 \\
           --ranker hybrid --compare
     """
     from qres import evaluate as ev
@@ -650,12 +655,7 @@ def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> N
 @json_option
 @click.argument("run_a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
-)
-@click.option(
-    "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
-)
+@_dataset_options
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
