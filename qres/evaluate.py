@@ -18,15 +18,7 @@ Datasets:
   transfer: AUC(0.05) over every labelled pair, and MAP/MRR/P@k over each query's labelled
   candidates (queries without a positive left out, the AskUbuntu convention).
 
-Rankers:
-
-* ``given-order`` — the order the dataset ships: AskUbuntu's Lucene BM25 scores, SemEval's
-  search-engine order (RELQ_RANKING_ORDER); Android pairs have none;
-* ``bm25``, ``dense``, ``hybrid`` — qres's own :class:`qres.search.SearchPipeline`, the
-  production query path, restricted to the query's candidates. The texts are indexed into an
-  evaluation index (SemEval: every related question of the train and dev files; AskUbuntu:
-  the queries and candidates of the corpus file given with ``corpus``; Android: its corpus);
-* ``bow-cnn`` — a BOW-CNN model's similarity (:mod:`qres.bowcnn`), no index needed.
+Rankers (:mod:`qres.rankers`): ``given-order``, ``bm25``, ``dense``, ``hybrid``, ``bow-cnn``.
 
 Accuracy@k (dos Santos et al. 2015), asked for with ``accuracy_at``: each query with a relevant
 question ranks the whole corpus except itself, and counts a hit at k when a relevant question
@@ -41,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -60,17 +51,14 @@ from qres.datasets import (
     semeval_questions,
 )
 from qres.fusion import Fusion
-from qres.indexing import index_questions
+from qres.rankers import ensure_index, make_ranker
 from qres.search import MODES, SearchPipeline
 from qres.significance import Comparison
 from qres.trec import read_run, write_run
 
 DATASETS = ("askubuntu", "semeval2016", "android")
-RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
 AUC_MAX_FPR = 0.05
 AUC_COLUMN = "AUC(0.05)"
-# Corpus questions the BOW-CNN scorer compares with all queries at once (bounds memory).
-SCORING_CHUNK = 4096
 
 
 def accuracy_column(k: int) -> str:
@@ -111,144 +99,6 @@ class Benchmark:
     source: Path | None = None  # the file or folder the texts come from (None: the layout's)
     folder: Path | None = None  # the dataset's folder, named in errors
     missing_texts: bool = False  # AskUbuntu without its corpus file: given-order only
-
-
-# -- rankers --------------------------------------------------------------------------------
-
-
-class PipelineRanker:
-    """``bm25``, ``dense`` or ``hybrid`` through the production :class:`SearchPipeline`.
-
-    ``corpus_pipeline`` searches the whole corpus for Accuracy@k when that lives in another
-    index than the candidates (AskUbuntu); by default it is ``pipeline``.
-    """
-
-    def __init__(
-        self, pipeline: SearchPipeline, mode: str, corpus_pipeline: SearchPipeline | None = None
-    ):
-        self.pipeline, self.mode = pipeline, mode
-        self.corpus_pipeline = corpus_pipeline or pipeline
-
-    def _vector(self, question: Question, pipeline: SearchPipeline):
-        """Evaluation encodes the whole question (title and body), as the index does."""
-        if self.mode == "bm25":
-            return None
-        return pipeline.encoder.encode_questions([question])[0]
-
-    def score(self, query: Question, candidates: Sequence[str]) -> list[tuple[str, float]]:
-        """Every candidate with its score, best first; any the index does not return follow,
-        in their given order, with score -inf."""
-        vector = self._vector(query, self.pipeline)
-        pipeline = self._held_out(query.id)
-        results = pipeline.search(query.text, len(candidates), self.mode, candidates, vector)
-        scored = [(r.id, r.score) for r in results]
-        returned = {r.id for r in results}
-        return scored + [(c, float("-inf")) for c in candidates if c not in returned]
-
-    def _held_out(self, query_id: str) -> SearchPipeline:
-        """A query the fusion was cross-validated on is fused as in its held-out fold."""
-        fusion = self.pipeline.fusion
-        if self.mode != "hybrid" or fusion.for_query(query_id) is fusion:
-            return self.pipeline
-        p = self.pipeline
-        return SearchPipeline(p.backend, p.encoder, fusion.for_query(query_id), p.candidates)
-
-    def top(self, queries: Sequence[Question], k: int) -> list[list[str]]:
-        """The first ``k`` corpus questions of each query, the query itself left out."""
-        tops = []
-        for query in queries:
-            vector = self._vector(query, self.corpus_pipeline)
-            results = self.corpus_pipeline.search(query.text, k + 1, self.mode, None, vector)
-            tops.append([r.id for r in results if r.id != query.id][:k])
-        return tops
-
-
-class BowCnnRanker:
-    """A BOW-CNN scorer's similarity (``scorer.similarity(queries, candidates)`` → [nq, nc]).
-
-    ``texts`` holds the candidates' questions; ``corpus`` yields every corpus question, for
-    Accuracy@k.
-    """
-
-    def __init__(
-        self,
-        scorer,
-        texts: Mapping[str, Question],
-        corpus: Callable[[], Iterable[Question]] | None = None,
-        chunk: int = SCORING_CHUNK,
-    ):
-        self.scorer, self.texts, self.corpus, self.chunk = scorer, texts, corpus, chunk
-
-    def score(self, query: Question, candidates: Sequence[str]) -> list[tuple[str, float]]:
-        known = [c for c in candidates if c in self.texts]
-        sims = self.scorer.similarity([query], [self.texts[c] for c in known])[0] if known else []
-        order = np.argsort(-np.asarray(sims, dtype=float), kind="stable")
-        scored = [(known[i], float(sims[i])) for i in order]
-        missing = set(candidates) - set(known)
-        return scored + [(c, float("-inf")) for c in candidates if c in missing]
-
-    def top(self, queries: Sequence[Question], k: int) -> list[list[str]]:
-        """Every query against the corpus, chunk by chunk, keeping each query's best ``k``."""
-        if self.corpus is None:
-            raise ValueError("Accuracy@k with bow-cnn needs the corpus")
-        if not queries:
-            return []
-        best_scores = np.empty((len(queries), 0))
-        best_rows = np.empty((len(queries), 0), dtype=int)
-        ids: list[str] = []
-        questions = iter(self.corpus())
-        while chunk := list(islice(questions, self.chunk)):
-            sims = np.asarray(self.scorer.similarity(queries, chunk), dtype=float)
-            chunk_ids = [q.id for q in chunk]
-            position = {qid: j for j, qid in enumerate(chunk_ids)}
-            for i, query in enumerate(queries):
-                if query.id in position:
-                    sims[i, position[query.id]] = -np.inf
-            rows = np.broadcast_to(np.arange(len(ids), len(ids) + len(chunk)), sims.shape)
-            ids += chunk_ids
-            all_scores = np.hstack([best_scores, sims])
-            all_rows = np.hstack([best_rows, rows])
-            # Stable, so equal scores keep corpus order.
-            keep = np.argsort(-all_scores, axis=1, kind="stable")[:, :k]
-            best_scores = np.take_along_axis(all_scores, keep, axis=1)
-            best_rows = np.take_along_axis(all_rows, keep, axis=1)
-        return [
-            [ids[j] for j, s in zip(rows, scores, strict=True) if s != -np.inf]
-            for rows, scores in zip(best_rows, best_scores, strict=True)
-        ]
-
-
-def make_ranker(
-    ranker: str,
-    backend: Backend | None,
-    encoder,
-    fusion,
-    scorer,
-    texts: Mapping[str, Question],
-    corpus: Callable[[], Iterable[Question]],
-    indexed: Callable[[], Iterable[Question]] | None = None,
-    corpus_backend: Backend | None = None,
-):
-    """The ranker object for ``ranker`` (None for given-order).
-
-    ``texts``: the queries' and candidates' questions; ``corpus``: every question Acc@k ranks;
-    ``indexed``: what ``backend`` is filled with on first use (default ``corpus``);
-    ``corpus_backend``: an index of ``corpus`` apart from ``backend``, for Acc@k.
-    """
-    if ranker == "given-order":
-        return None
-    if ranker == "bow-cnn":
-        if scorer is None:
-            raise BackendError("the bow-cnn ranker needs --model DIR of a BOW-CNN export")
-        return BowCnnRanker(scorer, texts, corpus)
-    if ranker not in MODES:
-        raise ValueError(f"unknown ranker {ranker!r} (one of {', '.join(RANKERS)})")
-    ensure_index(backend, indexed or corpus, encoder)
-    corpus_pipeline = None
-    if corpus_backend is not None:
-        ensure_index(corpus_backend, corpus, encoder)
-        corpus_pipeline = _pipeline(corpus_backend, encoder, fusion)
-    return PipelineRanker(_pipeline(backend, encoder, fusion), ranker, corpus_pipeline)
 
 
 # -- scoring --------------------------------------------------------------------------------
@@ -309,7 +159,7 @@ def evaluate(
     accuracy_at: Sequence[int] = (),
     corpus_backend: Backend | None = None,
 ) -> Evaluation:
-    """Rank each query's candidates with ``ranker`` (one of ``RANKERS``) and score them.
+    """Rank each query's candidates with ``ranker`` (of ``qres.rankers.RANKERS``), score them.
 
     ``backend`` is the evaluation index of the qres rankers (filled on first use), ``encoder``
     and ``fusion`` their model, ``scorer`` the BOW-CNN scorer of ``bow-cnn``. ``accuracy_at``
@@ -386,17 +236,6 @@ def accuracy(
 
 
 # -- evaluations ----------------------------------------------------------------------------
-
-
-def ensure_index(
-    backend: Backend, questions: Callable[[], Iterable[Question]], encoder=None
-) -> None:
-    """Fill an evaluation index once (re-used while its model fingerprint matches)."""
-    meta = backend.metadata()
-    wanted = encoder.fingerprint if encoder is not None else None
-    if backend.count() > 0 and meta.get("model_fingerprint") == wanted:
-        return
-    index_questions(backend, questions(), encoder=encoder)
 
 
 def load_benchmark(
@@ -585,11 +424,6 @@ def compare(first: Evaluation, second: Evaluation) -> Comparison:
         return {row["query"]: row["AP"] for row in e.per_query}
 
     return significance.compare(first.ranker, aps(first), second.ranker, aps(second))
-
-
-def _pipeline(backend, encoder, fusion) -> SearchPipeline:
-    kwargs = {"fusion": fusion} if fusion is not None else {}
-    return SearchPipeline(backend, encoder, **kwargs)
 
 
 def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):

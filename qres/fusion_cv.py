@@ -189,7 +189,7 @@ def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[Can
     first backend's restricted search, as in the production pipeline.
     """
     from qres.datasets import dataset_dir, load_semeval, semeval_questions
-    from qres.evaluate import ensure_index
+    from qres.rankers import ensure_index
 
     folder = dataset_dir("semeval2016", data_dir)
     for backend, encoder in models:

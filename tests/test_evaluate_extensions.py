@@ -17,6 +17,7 @@ from qres.backends.embedded import EmbeddedBackend
 from qres.corpus import CorpusError, Question
 from qres.datasets import load_android
 from qres.indexing import index_questions
+from qres.rankers import BowCnnRanker
 from qres.text import tokenize
 from tests.askubuntu_fixture import FIXTURE
 
@@ -324,7 +325,7 @@ def test_bow_cnn_top_k_in_chunks_equals_ranking_all_at_once():
     corpus = [question(q) for q in QUESTIONS]
     queries = [question("a1"), question("c1"), Question("new", "wifi grub menu", "")]
     scorer = OverlapScorer()
-    chunked = ev.BowCnnRanker(scorer, {}, lambda: corpus, chunk=5).top(queries, 4)
+    chunked = BowCnnRanker(scorer, {}, lambda: corpus, chunk=5).top(queries, 4)
     assert scorer.calls == 3  # 12 questions in chunks of 5
     sims = scorer.similarity(queries, corpus)
     for query, row, got in zip(queries, sims, chunked, strict=True):

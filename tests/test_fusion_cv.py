@@ -8,9 +8,9 @@ import pytest
 
 from qres import fusion_cv as fcv
 from qres.backends.embedded import EmbeddedBackend
-from qres.evaluate import PipelineRanker
 from qres.fusion import Fusion
 from qres.indexing import index_questions
+from qres.rankers import PipelineRanker
 from qres.search import SearchPipeline
 
 from .fakes import TableEncoder
