@@ -187,8 +187,12 @@ def _progress() -> Progress:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format [default: detect].")
 @click.option(
     "--model",
+    "models",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Model directory from `qres export-onnx`: store each question's dense vector.",
+    multiple=True,
+    help="Model directory from `qres export-onnx`: store each question's dense vector. "
+    "Repeatable (embedded backend): one vector per model; a model new to the index is "
+    "first computed for the questions it holds (only that model's vectors).",
 )
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
 @click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")
@@ -218,7 +222,7 @@ def index(
     obj: Context,
     corpus,
     fmt,
-    model,
+    models,
     skip_bad,
     rebuild,
     batch_size,
@@ -242,10 +246,12 @@ def index(
     \b
     Example:
       qres index qres/data/demo/questions.tsv --model qres/models/default
+      qres index questions.tsv --model qres/models/default --model models/minilm
     """
     from qres.indexing import check_keeps_vectors, index_questions, search_encoder
 
-    encoder = search_encoder(model, obj.device) if model else None
+    encoders = [search_encoder(m, obj.device) for m in models]
+    encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
@@ -339,7 +345,14 @@ def _load_encoder(model_dir: Path, device: str | None = None):
 @click.option(
     "--model",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Model directory [default: the one the index was built with].",
+    help="Model directory [default: the one(s) the index was built with].",
+)
+@click.option(
+    "--fusion",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
+    "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
+    "weights for an index of several models].",
 )
 @click.option(
     "--candidates",
@@ -348,7 +361,7 @@ def _load_encoder(model_dir: Path, device: str | None = None):
     type=click.IntRange(min=1),
     help="BM25 candidates to rescore.",
 )
-@click.option("--explain", is_flag=True, help="Show each result's BM25, cosine and fused score.")
+@click.option("--explain", is_flag=True, help="Show each result's BM25, cosine(s) and fused score.")
 @click.option(
     "--log-queries",
     is_flag=True,
@@ -356,7 +369,7 @@ def _load_encoder(model_dir: Path, device: str | None = None):
     "for the Kibana dashboard.",
 )
 @click.pass_obj
-def search(obj: Context, text, k, mode, model, candidates, explain, log_queries):
+def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_queries):
     """Find the indexed questions most like TEXT.
 
     TEXT is taken as plain words: quotes, field:value, AND/OR and wildcards are
@@ -373,7 +386,10 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
             raise BackendError(
                 "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
             )
-        pipeline = SearchPipeline.for_index(backend, model, mode, candidates, device=obj.device)
+        pipeline = SearchPipeline.for_index(
+            backend, model, mode, candidates, device=obj.device, fusion=fusion
+        )
+        signals = [e.fingerprint[:8] for e in pipeline.encoders]
         mode = pipeline.mode
         started = time.perf_counter()
         results = pipeline.search(text, k, mode)
@@ -399,10 +415,16 @@ def search(obj: Context, text, k, mode, model, candidates, explain, log_queries)
         return
     # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
     table = Table(title=Text(f"{text!r} — {mode}, {latency_ms:.1f} ms"), title_justify="left")
-    for column in ["rank", "id", "score"] + (["bm25", "cosine"] if explain else []) + ["title"]:
+    several = len(signals) > 1
+    cosines = [f"cos {s}" for s in signals] if several else ["cosine"]
+    for column in ["rank", "id", "score"] + (["bm25", *cosines] if explain else []) + ["title"]:
         table.add_column(column, overflow="fold")
     for i, r in enumerate(results, 1):
-        extra = [f"{r.bm25:.2f}", "-" if r.cosine is None else f"{r.cosine:.3f}"] if explain else []
+        extra = []
+        if explain:
+            each = r.cosines if several else (r.cosine,)
+            shown = ["-" if c is None else f"{c:.3f}" for c in each or [None] * len(cosines)]
+            extra = [f"{r.bm25:.2f}", *shown]
         title = getattr(questions.get(r.id), "title", "")
         table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(title))
     stdout.print(table)
@@ -700,7 +722,12 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
     required=True,
     multiple=True,
     help="Model directory: fusion.json is written into it. Repeatable with --cv: BM25 is "
-    "then fused with every model's cosine (reported, not saved: search serves one model).",
+    "then fused with every model's cosine, saved with --out for an index of those models.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --cv and several --model: write the fusion here (for `qres search --fusion`).",
 )
 @click.option("--split", type=click.Choice(["train", "dev"]), default="dev", show_default=True)
 @click.option(
@@ -731,7 +758,9 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
 )
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.pass_obj
-def tune_fusion_command(obj: Context, models, split, folds, cv_splits, method, report, data_dir):
+def tune_fusion_command(
+    obj: Context, models, out, split, folds, cv_splits, method, report, data_dir
+):
     """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
 
     Finds the mix (1 - a) * BM25/top BM25 of the query + a * cosine that gives the best
@@ -750,7 +779,7 @@ def tune_fusion_command(obj: Context, models, split, folds, cv_splits, method, r
       qres tune-fusion --model runs/gru/model
       qres tune-fusion --model models/minilm --cv 5
       qres tune-fusion --model models/minilm --model qres/models/default --cv 5 \\
-          --cv-splits dev --report fusion-cv.json
+          --cv-splits dev --report fusion-cv.json --out fusion-both.json
       qres evaluate --dataset semeval2016 --model runs/gru/model
     """
     from qres import evaluate as ev
@@ -768,7 +797,7 @@ def tune_fusion_command(obj: Context, models, split, folds, cv_splits, method, r
         ]
         if folds is not None:
             _tune_fusion_cv(
-                obj, models, encoders, backends, folds, cv_splits, method, report, data_dir
+                obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out
             )
             return
         lists = ev.candidate_scores(data_dir, split, backends[0], encoders[0])
@@ -786,7 +815,9 @@ def tune_fusion_command(obj: Context, models, split, folds, cv_splits, method, r
         )
 
 
-def _tune_fusion_cv(obj, models, encoders, backends, folds, cv_splits, method, report, data_dir):
+def _tune_fusion_cv(
+    obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out=None
+):
     from qres import fusion_cv as fcv
     from qres.fusion import Fusion
 
@@ -840,6 +871,21 @@ def _tune_fusion_cv(obj, models, encoders, backends, folds, cv_splits, method, r
             cv=record,
         )
         saved = fusion.save(models[0])
+    elif out is not None:  # for `qres search --fusion` over an index of these models
+        weighted = best == "weighted-sum"
+        fusion = Fusion(
+            bm25=params[0] if weighted else 0.0,
+            cosine=0.0,
+            source=f"semeval2016 {'+'.join(splits)}: {best} of bm25 and {len(models)} models, "
+            f"best of {', '.join(fcv.METHODS)} by {folds}-fold cross-validated MAP "
+            f"({rows[best]['all']['MAP']:.2f})",
+            tuned_on=f"semeval2016/{'+'.join(splits)}",
+            method=best,
+            params=params,
+            cv=record,
+            models=[e.fingerprint for e in encoders],
+        )
+        saved = fusion.save_file(out)
     result = {"chosen": best, "params": params, "saved": str(saved) if saved else None}
     result["methods"] = rows
     if report:
@@ -865,7 +911,7 @@ def _tune_fusion_cv(obj, models, encoders, backends, folds, cv_splits, method, r
             ]
         table.add_row(name + (" (kept)" if name == best else ""), *cells)
     stdout.print(table)
-    where = f"saved to {saved}" if saved else "not saved: search serves one model"
+    where = f"saved to {saved}" if saved else "not saved: pass --out FILE"
     console.print(f"kept {best} ({where})")
 
 

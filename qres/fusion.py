@@ -13,6 +13,13 @@ sum, reciprocal-rank fusion, pairwise learning to rank) by K-fold cross-validate
 keeps the best: ``method`` and ``params`` say which and with what parameters, ``cv`` holds
 each fold's parameters and queries, so ``qres evaluate`` scores each query it was tuned on
 with the fusion of the folds that did not see it (:meth:`Fusion.for_query`).
+
+An index of several models (``qres index --model A --model B``) is searched with a fusion of
+BM25 and every model's cosine: ``models`` lists the models' fingerprints in the order of
+their cosines, and ``params`` holds the method's parameters over [bm25/top, cosine_1, ...].
+Such a fusion is a file of its own (``qres tune-fusion --cv K --model A --model B --out
+FILE``), given to search with ``--fusion FILE``; without one, BM25 and the cosines are
+summed with equal weights (:meth:`Fusion.equal`).
 """
 
 from __future__ import annotations
@@ -35,13 +42,45 @@ class Fusion:
     method: str = "weighted-sum"  # or another method of qres.fusion_cv
     params: list[float] | None = None  # that method's parameters, when not bm25/cosine
     cv: dict | None = None  # folds, fold_of (query → fold), per_fold params, CV metrics
+    models: list[str] | None = None  # fingerprints of the fused cosines (None: one model's)
 
-    def score(self, bm25: np.ndarray, cosine: np.ndarray) -> np.ndarray:
-        if self.method == "weighted-sum":
-            return self.bm25 * normalize_bm25(bm25) + self.cosine * cosine + self.bias
+    def score(self, bm25: np.ndarray, cosine: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+        """The fused scores of a query's candidates: ``cosine`` is one array, or one per
+        model of :attr:`models`, in that order."""
+        cosines = list(cosine) if isinstance(cosine, list | tuple) else [cosine]
+        if self.method == "weighted-sum" and self.params is None:
+            if len(cosines) != 1:
+                raise ValueError(f"this fusion has one cosine, not {len(cosines)}")
+            return self.bm25 * normalize_bm25(bm25) + self.cosine * cosines[0] + self.bias
         from qres.fusion_cv import score, signals
 
-        return score(self.method, self.params, signals(bm25, [cosine]))
+        return score(self.method, self.params, signals(bm25, cosines)) + self.bias
+
+    @classmethod
+    def equal(cls, models: Sequence[str]) -> Fusion:
+        """Half the weight on BM25, the other half shared by the models' cosines."""
+        share = 0.5 / len(models)
+        return cls(
+            bm25=0.5,
+            cosine=0.5,
+            source=f"default: equal weights for bm25 and {len(models)} models",
+            params=[0.5, *([share] * len(models))],
+            models=list(models),
+        )
+
+    @classmethod
+    def read(cls, path: str | Path) -> Fusion:
+        """A fusion saved as a file of its own (``--fusion FILE``); one-line errors."""
+        try:
+            values = json.loads(Path(path).read_text())
+            fusion = cls(**values)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
+            raise ValueError(f"{path}: not a qres fusion file ({err})") from None
+        if fusion.models is not None and not (
+            isinstance(fusion.models, list) and all(isinstance(m, str) for m in fusion.models)
+        ):
+            raise ValueError(f"{path}: 'models' must be a list of model fingerprints")
+        return fusion
 
     def for_query(self, query_id: str) -> Fusion:
         """The fusion fitted without ``query_id`` when it was one of the cross-validated
@@ -50,9 +89,14 @@ class Fusion:
         if fold is None:
             return self
         params = self.cv["per_fold"][fold]
-        if self.method == "weighted-sum":
+        if self.method == "weighted-sum" and self.params is None:
             return replace(self, bm25=params[0], cosine=params[1], cv=None)
         return replace(self, params=params, cv=None)
+
+    def save_file(self, path: str | Path) -> Path:
+        """Write this fusion as a file of its own (what ``--fusion FILE`` reads)."""
+        Path(path).write_text(json.dumps(asdict(self), indent=2))
+        return Path(path)
 
     def save(self, model_dir: str | Path) -> Path:
         """Write ``fusion.json`` into a model directory and list it in the manifest."""

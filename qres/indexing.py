@@ -33,7 +33,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qres.backends.base import Backend, BackendError
+from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus import Question, read_corpus
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
@@ -78,13 +78,19 @@ def index_questions(
     on_batch: Callable[[int], None] | None = None,
     workers: int | None = None,
 ) -> IndexReport:
-    """Upsert ``questions`` into ``backend``; with ``encoder`` (a :class:`qres.encoder.Encoder`)
-    each question's vector is stored too. ``on_batch(n)`` is called after each batch is
+    """Upsert ``questions`` into ``backend``; with ``encoder`` (a :class:`qres.encoder.Encoder`,
+    or a list of them: one vector per model) each question's vectors are stored too; every
+    model the index holds must be given; a model new to a non-empty index is first added to
+    the questions it holds (:func:`add_models`). ``on_batch(n)`` is called after each batch is
     written; ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA;
     ``workers`` (default :func:`default_workers`) processes prepare batches."""
-    if encoder is not None:
-        _record_model(backend, encoder)
-    on_gpu = "CUDAExecutionProvider" in getattr(encoder, "providers", ())
+    encoders = _encoders(encoder)
+    if encoders:
+        new = _record_models(backend, encoders)
+        if new:  # only the new models' vectors are computed for the questions held
+            add_models(backend, new)
+            _record_models(backend, encoders)
+    on_gpu = any("CUDAExecutionProvider" in getattr(e, "providers", ()) for e in encoders)
     if batch_size is None:
         batch_size = GPU_BATCH if on_gpu else CPU_BATCH
     workers = default_workers() if workers is None else workers
@@ -92,7 +98,7 @@ def index_questions(
     seen: set[str] = set()
     start = time.perf_counter()
     since_commit = 0
-    preparer = _Preparer(backend.analysis(), encoder.tokenizer() if encoder else None)
+    preparer = _Preparer(backend.analysis(), [e.tokenizer() for e in encoders])
     pool = None
     prepared = 0
 
@@ -115,9 +121,14 @@ def index_questions(
     def encode(batch: _Batch | Future) -> _Batch:
         if isinstance(batch, Future):
             batch = batch.result()
-        if encoder is not None:
-            size = len(batch.tokens) if on_gpu else 256
-            batch.vectors = encoder.encode_tokens(batch.tokens, size)
+        if encoders:
+            size = len(batch.questions) if on_gpu else 256
+            vectors = {
+                e.fingerprint: e.encode_tokens(tokens, size)
+                for e, tokens in zip(encoders, batch.tokens, strict=True)
+            }
+            # one model: a plain array, as every backend takes it
+            batch.vectors = vectors if len(encoders) > 1 else vectors[encoders[0].fingerprint]
         return batch
 
     def write(batch: _Batch) -> None:
@@ -183,14 +194,14 @@ def index_questions(
 class _Preparer:
     """A batch's BM25 terms and token ids; picklable, so worker processes can run it."""
 
-    def __init__(self, analysis: Callable | None, tokenizer: Callable | None):
-        self.analysis, self.tokenizer = analysis, tokenizer
+    def __init__(self, analysis: Callable | None, tokenizers: list[Callable]):
+        self.analysis, self.tokenizers = analysis, tokenizers
 
     def __call__(self, questions: list[Question]) -> _Batch:
         return _Batch(
             questions,
             terms=self.analysis(questions) if self.analysis else None,
-            tokens=self.tokenizer(questions) if self.tokenizer else None,
+            tokens=[tokenize(questions) for tokenize in self.tokenizers],
         )
 
 
@@ -278,26 +289,82 @@ class _Stopped(Exception):
     """Set as the error so the stages drain without processing after a failure elsewhere."""
 
 
-def _record_model(backend: Backend, encoder) -> None:
-    """Refuse to mix vectors of two models in one index; record the model otherwise.
+def _encoders(encoder) -> list:
+    if encoder is None:
+        return []
+    return list(encoder) if isinstance(encoder, list | tuple) else [encoder]
+
+
+def _model_record(encoder) -> dict:
+    return {
+        "model_fingerprint": encoder.fingerprint,
+        "vector_dim": encoder.dim,
+        "model_dir": str(Path(encoder.model_dir).resolve()),
+    }
+
+
+def _record_models(backend: Backend, encoders: list) -> list:
+    """Refuse to mix vectors of other models into an index; record the models otherwise.
+    Returns the encoders of models to add to the questions the index holds.
 
     The writer's lock comes first: a second writer is turned away before it changes
     anything, and the check sees what the last writer recorded."""
+    if len(encoders) > 1 and backend.name != "embedded":
+        raise BackendError(
+            f"several --model need the embedded backend: the {backend.name} backend stores "
+            "one model's vectors per index"
+        )
+    fingerprints = [e.fingerprint for e in encoders]
+    if len(set(fingerprints)) < len(fingerprints):
+        raise BackendError("the same model is given twice: pass each --model once")
     backend.acquire_write_lock()
     meta = backend.metadata()
-    held = meta.get("model_fingerprint")
-    if held not in (None, encoder.fingerprint) and backend.count() > 0:
+    held = index_models(meta)
+    if held and backend.count() > 0:
+        given = set(fingerprints)
+        missing = [m for m in held if m["model_fingerprint"] not in given]
+        if missing:
+            m = missing[0]
+            raise BackendError(
+                f"this index holds vectors of model {m['model_fingerprint'][:12]} "
+                f"({m.get('model_dir')}), which is not given: pass it with --model too, or "
+                "re-index everything with `qres index CORPUS --model MODEL_DIR --rebuild`"
+            )
+        for m, e in ((m, e) for m in held for e in encoders):
+            if m["model_fingerprint"] == e.fingerprint and m["vector_dim"] != e.dim:
+                raise BackendError(
+                    f"model {e.fingerprint[:12]} gives {e.dim} dimensions but the index holds "
+                    f"{m['vector_dim']} for it: re-index with `qres index --rebuild`"
+                )
+        return [e for e in encoders if e.fingerprint not in {m["model_fingerprint"] for m in held}]
+    first, *more = encoders
+    values = _model_record(first)
+    if more or meta.get("more_models"):
+        values["more_models"] = [_model_record(e) for e in more]
+    if more:
+        values["format"] = 3  # several vector files: an older qres must not open it
+    backend.set_metadata(values)
+    return []
+
+
+def add_models(backend: Backend, encoders: list, on_batch: Callable[[int], None] | None = None):
+    """Add the vectors of ``encoders``' models to every question of the index that has
+    vectors, computing only theirs (the vectors held are copied); crash-safe (built beside
+    the index and swapped in). Returns the number of questions encoded."""
+    if backend.name != "embedded":
         raise BackendError(
-            f"this index holds vectors of model {held[:12]}, not {encoder.fingerprint[:12]}: "
-            "re-index everything with `qres index CORPUS --model MODEL_DIR --rebuild`"
+            f"adding a model needs the embedded backend: the {backend.name} backend stores "
+            "one model's vectors per index"
         )
-    backend.set_metadata(
-        {
-            "model_fingerprint": encoder.fingerprint,
-            "vector_dim": encoder.dim,
-            "model_dir": str(Path(encoder.model_dir).resolve()),
-        }
-    )
+    by_fingerprint = {e.fingerprint: e for e in encoders}
+
+    def encode(questions: list[Question]) -> dict:
+        vectors = {fp: e.encode_questions(questions) for fp, e in by_fingerprint.items()}
+        if on_batch:
+            on_batch(len(questions))
+        return vectors
+
+    return backend.add_models([_model_record(e) for e in encoders], encode)
 
 
 def search_encoder(model_dir: str | Path, device: str | None = None):
@@ -314,7 +381,7 @@ def search_encoder(model_dir: str | Path, device: str | None = None):
 def check_keeps_vectors(backend: Backend, encoder) -> None:
     """Refuse to add questions without vectors to an index whose questions have them."""
     meta = backend.metadata()
-    if encoder is None and meta.get("model_fingerprint") and backend.count() > 0:
+    if not _encoders(encoder) and meta.get("model_fingerprint") and backend.count() > 0:
         raise BackendError(
             "this index stores dense vectors: pass --model "
             f"{meta.get('model_dir', 'MODEL_DIR')} (or --rebuild without vectors)"

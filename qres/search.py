@@ -11,6 +11,11 @@ candidates follow the rescored ones, in their BM25 order, and are flagged in the
 ``qres search``, ``qres evaluate`` and the benchmarks all go through :class:`SearchPipeline`;
 :meth:`SearchPipeline.open` is what ``qres search`` does: the index's own model (the one it
 was indexed with) and that model's fusion weights.
+
+An index of several models (``qres index --model A --model B``) is searched with all of
+them: the query is encoded by each, every candidate gets one cosine per model, and the
+fusion (``--fusion FILE``, see :mod:`qres.fusion`; equal weights without one) combines BM25
+with every cosine. Dense mode ranks by the mean of the cosines.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qres.backends.base import Backend, BackendError
+from qres.backends.base import Backend, BackendError, index_models
 from qres.fusion import DEFAULT, Fusion, normalize_bm25
 
 MODES = ("bm25", "dense", "hybrid")
@@ -35,6 +40,11 @@ class Result:
     score: float
     bm25: float
     cosine: float | None  # None: no vector for this candidate (or bm25 mode)
+    cosines: tuple[float, ...] | None = None  # with several models: each one's cosine
+
+
+def _short(fingerprint: str | None) -> str:
+    return (fingerprint or "?")[:12]
 
 
 def check_model_matches(backend: Backend, encoder) -> None:
@@ -46,6 +56,22 @@ def check_model_matches(backend: Backend, encoder) -> None:
             "this index has no vectors: index with `qres index CORPUS --model MODEL_DIR` "
             "to use dense or hybrid search"
         )
+    held = index_models(meta)
+    if len(held) > 1:
+        dims = {m["model_fingerprint"]: m["vector_dim"] for m in held}
+        if encoder.fingerprint not in dims:
+            raise BackendError(
+                f"model {_short(encoder.fingerprint)} is not one of this index's models "
+                f"({', '.join(_short(m) for m in dims)}): add it with "
+                "`qres index CORPUS --model ... --model MODEL_DIR`"
+            )
+        if dims[encoder.fingerprint] != encoder.dim:
+            raise BackendError(
+                f"the index holds {dims[encoder.fingerprint]} dims for model "
+                f"{_short(encoder.fingerprint)} but the model gives {encoder.dim}: "
+                "re-index with `qres index CORPUS --model MODEL_DIR --rebuild`"
+            )
+        return
     if fingerprint != encoder.fingerprint or meta.get("vector_dim") != encoder.dim:
         raise BackendError(
             f"the index was built with model {fingerprint[:12]} ({meta.get('vector_dim')} dims) "
@@ -68,6 +94,9 @@ class SearchPipeline:
         candidates: int = DEFAULT_CANDIDATES,
         mode: str | None = None,
     ):
+        self.encoders = list(encoder) if isinstance(encoder, list | tuple) else [encoder]
+        self.encoders = [e for e in self.encoders if e is not None]
+        encoder = self.encoders[0] if self.encoders else None
         self.backend, self.encoder, self.fusion, self.candidates = (
             backend,
             encoder,
@@ -76,8 +105,15 @@ class SearchPipeline:
         )
         self.mode = mode or ("hybrid" if encoder is not None else "bm25")
         self._owns_backend = False
-        if encoder is not None:
-            check_model_matches(backend, encoder)
+        for e in self.encoders:
+            check_model_matches(backend, e)
+        # In an index of several models, query vectors are handed over by fingerprint.
+        self._keyed = bool(self.encoders) and len(index_models(backend.metadata())) > 1
+        if len(self.encoders) > 1 and fusion.models != [e.fingerprint for e in self.encoders]:
+            raise BackendError(
+                f"the fusion ({fusion.source}) does not fuse models "
+                f"{', '.join(_short(e.fingerprint) for e in self.encoders)} in that order"
+            )
 
     @classmethod
     def open(
@@ -114,14 +150,19 @@ class SearchPipeline:
         candidates: int = DEFAULT_CANDIDATES,
         threads: int | None = None,
         device: str | None = None,
+        fusion: str | Path | None = None,
     ) -> SearchPipeline:
         """A pipeline over an open ``backend``: ``model`` or, unless ``mode`` is bm25, the
-        model the index was built with, and the fusion weights saved with that model
-        (``threads``: onnxruntime threads per encoding, see :meth:`Encoder.from_model`;
-        ``device`` as for :meth:`qres.encoder.Runtime.from_env`)."""
+        model the index was built with (every model, in an index of several), and the fusion
+        weights saved with that model, or the fusion file ``fusion`` (``threads``:
+        onnxruntime threads per encoding, see :meth:`Encoder.from_model`; ``device`` as for
+        :meth:`qres.encoder.Runtime.from_env`)."""
         meta = backend.metadata()
         if mode == "bm25":  # BM25 needs no model: whatever ``model`` names is not loaded
             model = None
+        held = index_models(meta)
+        if model is None and mode != "bm25" and len(held) > 1:
+            return cls._for_models(backend, held, mode, candidates, threads, device, fusion)
         if model is None and mode != "bm25" and meta.get("model_dir"):
             model = Path(meta["model_dir"])
         if model is None:
@@ -135,7 +176,43 @@ class SearchPipeline:
         loaded.require_search_scorer()
         runtime = Runtime.from_env(device)
         encoder = Encoder.from_model(loaded, threads=threads, runtime=runtime)
-        return cls(backend, encoder, Fusion.for_model(loaded), candidates, mode or "hybrid")
+        chosen = Fusion.read(fusion) if fusion is not None else Fusion.for_model(loaded)
+        return cls(backend, encoder, chosen, candidates, mode or "hybrid")
+
+    @classmethod
+    def _for_models(cls, backend, held, mode, candidates, threads, device, fusion_file):
+        """The pipeline over every model of an index of several, in the fusion's order."""
+        from qres.encoder import Encoder, EncoderError, Runtime
+        from qres.model import open_model
+
+        runtime = Runtime.from_env(device)
+        encoders = {}
+        for m in held:
+            try:
+                loaded = open_model(m["model_dir"] or "")
+                loaded.require_search_scorer()
+            except EncoderError as err:
+                raise BackendError(
+                    f"model {_short(m['model_fingerprint'])} of this index cannot be loaded "
+                    f"({err}): restore it at {m['model_dir']}, or search with --mode bm25"
+                ) from None
+            encoders[m["model_fingerprint"]] = Encoder.from_model(
+                loaded, threads=threads, runtime=runtime
+            )
+        if fusion_file is None:
+            fusion = Fusion.equal(list(encoders))
+        else:
+            fusion = Fusion.read(fusion_file)
+            if sorted(fusion.models or []) != sorted(encoders):
+                raise BackendError(
+                    f"{fusion_file} fuses models "
+                    f"{', '.join(map(_short, fusion.models or [])) or '(one, unnamed)'} "
+                    f"but this index holds {', '.join(map(_short, encoders))}: "
+                    "tune a fusion of the index's models with `qres tune-fusion --cv K "
+                    "--model A --model B --out FILE`"
+                )
+        ordered = [encoders[fp] for fp in fusion.models]
+        return cls(backend, ordered, fusion, candidates, mode or "hybrid")
 
     def close(self) -> None:
         """Close the backend if :meth:`open` opened it."""
@@ -175,14 +252,24 @@ class SearchPipeline:
                 ids = found.ids(top)
                 return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)]
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
-        if query_vector is None:
+        several = len(self.encoders) > 1
+        if query_vector is None and several:
+            query_vector = {e.fingerprint: e.encode_query(text) for e in self.encoders}
+        elif query_vector is None:
             query_vector = self.encoder.encode_query(text)
+        elif several and not isinstance(query_vector, dict):
+            raise ValueError("an index of several models needs a query vector per model")
+        if self._keyed and not isinstance(query_vector, dict):
+            query_vector = {self.encoder.fingerprint: query_vector}
         found = self.backend.candidates(text, window, only_ids, query_vector)
         if not len(found):
             return []
         bm25 = found.scores.astype(np.float32)
         cosine, has_vector = found.cosine, found.has_vector
-        score = cosine if mode == "dense" else self.fusion.score(bm25, cosine)
+        cosines = [found.cosines[e.fingerprint] for e in self.encoders] if several else [cosine]
+        if several:
+            cosine = np.mean(cosines, axis=0)
+        score = cosine if mode == "dense" else self.fusion.score(bm25, cosines)
         # Rescored candidates first by score; the ones without a vector after them, BM25 order
         # (lexsort is stable: equal scores keep their BM25 order too).
         position = np.arange(len(found))
@@ -194,6 +281,7 @@ class SearchPipeline:
                 float(score[i]) if has_vector[i] else float(fallback[i]),
                 float(bm25[i]),
                 float(cosine[i]) if has_vector[i] else None,
+                tuple(float(c[i]) for c in cosines) if several and has_vector[i] else None,
             )
             for qid, i in zip(found.ids(order), order, strict=True)
         ]

@@ -189,7 +189,9 @@ class Service:
         started = time.perf_counter()
         vector = None
         if body and mode != "bm25":
-            vector = self.encoder.encode_questions([Question("query", title, body)])[0]
+            vectors = self._vectors([Question("query", title, body)])
+            several = isinstance(vectors, dict)
+            vector = {fp: v[0] for fp, v in vectors.items()} if several else vectors[0]
         text = f"{title} {body}".strip()
         results = self.pipeline.search(text, k, mode, query_vector=vector)
         questions = self.backend.fetch([r.id for r in results])
@@ -240,10 +242,18 @@ class Service:
             len(op.questions) if isinstance(op, Upsert) else len(op.ids)
         )
 
+    def _vectors(self, questions: list[Question]):
+        """The questions' vectors: an array, or ``{fingerprint: array}`` for an index of
+        several models."""
+        encoders = self.pipeline.encoders
+        if len(encoders) > 1:
+            return {e.fingerprint: e.encode_questions(questions) for e in encoders}
+        return self.encoder.encode_questions(questions)
+
     async def upsert(self, questions: list[Question]) -> None:
         vectors = None
         if self.encoder is not None:
-            vectors = await run_in_threadpool(self.encoder.encode_questions, questions)
+            vectors = await run_in_threadpool(self._vectors, questions)
         await self.write(Upsert(questions, vectors))
 
 

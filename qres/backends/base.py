@@ -29,6 +29,13 @@ class Hit:
     score: float
 
 
+def index_models(meta: dict) -> list[dict]:
+    """The models whose vectors an index holds (``model_fingerprint``, ``vector_dim``,
+    ``model_dir`` each), in the order of its vector files (see ``qres.backends.embedded``)."""
+    first = {k: meta.get(k) for k in ("model_fingerprint", "vector_dim", "model_dir")}
+    return ([first] if first["model_fingerprint"] else []) + list(meta.get("more_models", []))
+
+
 class Candidates:
     """A query's BM25 candidates, best first: their scores, and with a query vector each
     one's cosine to it; ids are read on demand, for the rows the ranking keeps.

@@ -4,7 +4,10 @@ Layout of an index directory::
 
     tantivy/        the BM25 index; documents store id, title, body, tags and a vector slot
     vectors.f16     (or .f32) row ``slot`` holds the vector of the document with that slot
+    vectors-FP.f16  the same rows for each further model (FP: its fingerprint's first 16 hex
+                    digits), written only in indexes of several models (format 3)
     meta.json       index metadata: format, analyzer, title boost, model fingerprint, vector dims
+                    (``more_models``: the further models' fingerprints, dims and directories)
     writer.lock     held (flock) by the one process that may write the index
 
 The text is stored once: title, body and tags as stored-only bytes, searched through the
@@ -18,7 +21,10 @@ and handed to tantivy pre-split, so the engine never parses user text as query s
 Vectors are only ever appended, whole rows at a time: an upsert writes its rows at the end of
 the vector file and records the new slot in the document. A torn last row (a crash or a full
 disk in the middle of a write) is cut off before the next append, so it can never shift later
-rows. ``commit`` flushes the vector file before committing tantivy, so a crash at any point
+rows. With several models every vector file gets its row at the same slot; before an append
+the files are cut (or padded with zero rows) to the longest one's whole rows, so a crash
+between the files' writes never misaligns them. ``commit`` flushes the vector files before
+committing tantivy, so a crash at any point
 leaves committed documents pointing at vectors that exist; rows written after the last commit
 are unreferenced and harmless ("dead" rows, like those of replaced or deleted documents).
 
@@ -33,6 +39,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -56,9 +63,12 @@ _META_KEYS = ("analyzer", "title_boost", "vector_dtype")
 # What an index directory may hold; a directory with anything else is never deleted or
 # replaced by a rebuild (it is somebody's data, not an index).
 _INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
+_MORE_VECTORS = re.compile(r"vectors-[0-9a-f]{16}\.f(16|32)")  # further models' vector files
 _COPY_BATCH = 1024  # documents per batch when compaction copies an index
-# The on-disk layout this code reads and writes. 1: title/body also indexed as one raw term.
+# The on-disk layouts this code reads and writes. 1: title/body also indexed as one raw term;
+# 2: one model; 3: several models (``more_models``), which an older qres must not open.
 FORMAT = 2
+FORMATS = (2, 3)
 
 
 def _schema() -> tantivy.Schema:
@@ -107,7 +117,9 @@ def check_replaceable(path: Path) -> None:
         return
     if not path.is_dir():
         raise BackendError(f"{path} is a file, not a qres index directory")
-    foreign = sorted(set(os.listdir(path)) - _INDEX_ENTRIES)
+    foreign = sorted(
+        n for n in set(os.listdir(path)) - _INDEX_ENTRIES if not _MORE_VECTORS.fullmatch(n)
+    )
     if foreign:
         shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
         raise BackendError(
@@ -140,11 +152,11 @@ def _read_meta(meta_path: Path) -> dict:
         )
     if meta["vector_dtype"] not in ("float16", "float32"):
         raise BackendError(f"{meta_path}: unknown vector_dtype {meta['vector_dtype']!r}")
-    if meta.get("format") != FORMAT:
+    if meta.get("format") not in FORMATS:
         raise IndexFormatError(
             f"{meta_path.parent} was written by another qres version (index format "
-            f"{meta.get('format')}, this qres reads {FORMAT}): re-index with "
-            "`qres index CORPUS --rebuild`"
+            f"{meta.get('format')}, this qres reads {' and '.join(map(str, FORMATS))}): "
+            "re-index with `qres index CORPUS --rebuild`"
         )
     return meta
 
@@ -164,8 +176,8 @@ class EmbeddedBackend(Backend):
         self._index = None
         self._view: str | None = None  # read-only index: a directory of links to its files
         self._writer = None
-        self._vector_fd: int | None = None
-        self._vectors: np.ndarray | None = None  # read-only memory map, reopened as it grows
+        self._vector_fds: dict[int, int] = {}  # model number → open vector file
+        self._vectors: dict[int, np.ndarray] = {}  # read-only memory maps, reopened as they grow
         self._slot_of: dict[str, int] = {}
         self._reloading = threading.Lock()
         self._generation = 0
@@ -219,7 +231,7 @@ class EmbeddedBackend(Backend):
         )
         self._generation += 1  # odd while the objects are being replaced (a seqlock)
         self._schema, self._index = index.schema, index
-        self._vectors, self._slot_of = None, {}
+        self._vectors, self._slot_of = {}, {}
         self._identity = identity
         self._generation += 1
         if old_view is not None:
@@ -264,6 +276,34 @@ class EmbeddedBackend(Backend):
         }
         meta.update(settings.get("meta", {}))
         _write_json(path / "meta.json", meta)
+
+    def vector_models(self) -> list[str | None]:
+        """The fingerprints of the models whose vectors the index holds, in file order (the
+        first one's file is ``vectors.f16``; None: vectors of an unrecorded model)."""
+        more = [m["model_fingerprint"] for m in self._meta.get("more_models", [])]
+        first = self._meta.get("model_fingerprint")
+        return [first, *more] if first or more or self._meta.get("vector_dim") else []
+
+    def _vector_file(self, model: int) -> Path:
+        if model == 0:
+            return self._vector_path
+        fingerprint = self._meta["more_models"][model - 1]["model_fingerprint"]
+        return self.path / f"vectors-{fingerprint[:16]}{self._vector_path.suffix}"
+
+    def _dim(self, model: int) -> int | None:
+        if model == 0:
+            return self._meta.get("vector_dim")
+        return int(self._meta["more_models"][model - 1]["vector_dim"])
+
+    def _model_number(self, fingerprint: str) -> int:
+        models = self.vector_models()
+        if fingerprint not in models:
+            held = ", ".join(m[:12] for m in models if m) or "none"
+            raise BackendError(
+                f"this index holds no vectors of model {fingerprint[:12]} (it holds {held}): "
+                "add it with `qres index CORPUS --model ... --model MODEL_DIR`"
+            )
+        return models.index(fingerprint)
 
     def _replaced(self) -> bool:
         """Whether a rebuild or compaction swapped a new directory in since we opened."""
@@ -378,41 +418,79 @@ class EmbeddedBackend(Backend):
         total = searcher.num_docs
         addresses = [a for _, a in searcher.search(tantivy.Query.all_query(), max(total, 1)).hits]
         docs = (searcher.doc(a).to_dict() for a in addresses)
-        source = self._vector_rows(before["vector_rows"])
-        dim = self._meta.get("vector_dim")
-        self._begin_staging({**self._settings_of(self._meta), "meta": self._model_meta()})
+        self._rewrite(docs, None)
+        return {"before": before, "after": self.storage()}
+
+    def add_models(self, models: Sequence[dict], encode: Callable) -> int:
+        """Add vectors of further ``models`` ({model_fingerprint, vector_dim, model_dir}
+        each) to every question that has vectors: ``encode(questions)`` gives a
+        ``{fingerprint: rows}`` dict for them; the vectors already held are copied, never
+        recomputed. Built aside and swapped in like :meth:`compact`; returns the number of
+        questions encoded."""
+        self.acquire_write_lock()
+        if not self.vector_models():
+            raise BackendError("this index has no vectors to add a model's to: index with --model")
+        held = set(self.vector_models())
+        for m in models:
+            if m["model_fingerprint"] in held:
+                raise BackendError(f"the index holds model {m['model_fingerprint'][:12]} already")
+        searcher = self._index.searcher()
+        total = searcher.num_docs
+        addresses = [a for _, a in searcher.search(tantivy.Query.all_query(), max(total, 1)).hits]
+        docs = (searcher.doc(a).to_dict() for a in addresses)
+        more = [*self._meta.get("more_models", []), *(dict(m) for m in models)]
+        return self._rewrite(docs, encode, {"more_models": more, "format": 3})
+
+    def _rewrite(self, docs, encode: Callable | None, changes: dict | None = None) -> int:
+        """Copy ``docs`` into a fresh index swapped in at the end, with their vectors (and
+        with ``encode``'s vectors of the models ``changes`` adds)."""
+        fingerprints = self.vector_models()
+        rows = self.storage()["vector_rows"]
+        source = {m: self._vector_rows(rows, m) for m in range(len(fingerprints))}
+        meta = {**self._model_meta(), **(changes or {})}
+        self._begin_staging({**self._settings_of(self._meta), "meta": meta})
+        encoded = 0
         try:
             batch: list[dict] = []
             for doc in docs:
                 batch.append(doc)
                 if len(batch) == _COPY_BATCH:
-                    self._copy(batch, source, dim)
+                    encoded += self._copy(batch, source, fingerprints, encode)
                     batch = []
-            self._copy(batch, source, dim)
+            encoded += self._copy(batch, source, fingerprints, encode)
             self.finish_rebuild()
         except BaseException:
             self.abort_rebuild()
             raise
-        return {"before": before, "after": self.storage()}
+        return encoded
 
     @staticmethod
     def _settings_of(meta: dict) -> dict:
         return {k: meta[k] for k in _META_KEYS}
 
     def _model_meta(self) -> dict:
-        return {k: v for k, v in self._meta.items() if k not in (*_META_KEYS, "format")}
+        return {k: v for k, v in self._meta.items() if k not in _META_KEYS}
 
-    def _copy(self, docs: list[dict], source: np.ndarray, dim) -> None:
+    def _copy(self, docs: list[dict], source: dict, fingerprints: list, encode) -> int:
         def question(doc):
             return _question(doc["id"][0], doc)
 
-        with_vector = [d for d in docs if 0 <= d["slot"][0] < len(source)]
-        without = [d for d in docs if not 0 <= d["slot"][0] < len(source)]
+        held = min((len(rows) for rows in source.values()), default=0)
+        with_vector = [d for d in docs if 0 <= d["slot"][0] < held]
+        without = [d for d in docs if not 0 <= d["slot"][0] < held]
         if with_vector:
-            rows = source[[d["slot"][0] for d in with_vector]].reshape(-1, dim)
-            self.upsert([question(d) for d in with_vector], rows)
+            slots = [d["slot"][0] for d in with_vector]
+            questions = [question(d) for d in with_vector]
+            vectors = {
+                fp: np.asarray(source[m][slots]).reshape(len(slots), -1)
+                for m, fp in enumerate(fingerprints)
+            }
+            if encode is not None:
+                vectors.update(encode(questions))
+            self.upsert(questions, vectors)
         if without:
             self.upsert([question(d) for d in without])
+        return len(with_vector) if encode is not None else 0
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -429,33 +507,47 @@ class EmbeddedBackend(Backend):
             self._writer = writer
         return self._writer
 
-    def _row_bytes(self) -> int:
-        return int(self._meta["vector_dim"]) * self._dtype.itemsize
+    def _row_bytes(self, model: int = 0) -> int:
+        return int(self._dim(model)) * self._dtype.itemsize
 
-    def _append_vectors(self, vectors: np.ndarray) -> int:
-        """Write whole rows at the end of the vector file; returns the first row's slot."""
-        data = memoryview(np.ascontiguousarray(vectors, dtype=self._dtype).tobytes())
-        row = self._row_bytes()
+    def _append_vectors(self, vectors: list[np.ndarray]) -> int:
+        """Write whole rows at the end of the vector files (one array per model, in file
+        order) at the same slot; returns the first row's slot."""
+        models = range(len(vectors))
+        end = None  # known once every file is open: nothing is cut before that
+        path = self._vector_path
         try:
-            if self._vector_fd is None:
-                self._vector_fd = os.open(self._vector_path, os.O_RDWR | os.O_CREAT, 0o644)
-            size = os.fstat(self._vector_fd).st_size
-            end = size - size % row
-            if end != size:  # a torn row: left as is, it would shift every row after it
-                os.ftruncate(self._vector_fd, end)
-            offset = end
-            while data:
-                written = os.pwrite(self._vector_fd, data, offset)
-                data, offset = data[written:], offset + written
+            sizes = {}
+            for m in models:
+                path = self._vector_file(m)
+                if m not in self._vector_fds:
+                    self._vector_fds[m] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                sizes[m] = os.fstat(self._vector_fds[m]).st_size
+            # A torn row, left as is, would shift every row after it; a file shorter than
+            # another (a crash between their writes) would misalign them: cut or pad every
+            # file to the most whole rows any holds (rows past the last commit are dead).
+            end = max(sizes[m] // self._row_bytes(m) for m in models)
+            for m in models:
+                path = self._vector_file(m)
+                if sizes[m] != end * self._row_bytes(m):
+                    os.ftruncate(self._vector_fds[m], end * self._row_bytes(m))
+            for m in models:
+                path = self._vector_file(m)
+                data = memoryview(np.ascontiguousarray(vectors[m], dtype=self._dtype).tobytes())
+                offset = end * self._row_bytes(m)
+                while data:
+                    written = os.pwrite(self._vector_fds[m], data, offset)
+                    data, offset = data[written:], offset + written
         except OSError as err:
-            if self._vector_fd is not None:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._vector_fd, end)
+            for m, fd in self._vector_fds.items():
+                if end is not None:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, end * self._row_bytes(m))
             raise BackendError(
-                f"{self._vector_path}: cannot write vectors ({err.strerror}); "
+                f"{path}: cannot write vectors ({err.strerror}); "
                 "everything committed before this point is kept"
             ) from None
-        return end // row
+        return end
 
     def analysis(self) -> Callable[[Sequence[Question]], list[tuple[str, str]]]:
         return partial(analyze, analyzer=self.analyzer)
@@ -471,18 +563,22 @@ class EmbeddedBackend(Backend):
         writer = self._get_writer()
         slots = [-1] * len(questions)
         if vectors is not None:
-            if len(vectors) != len(questions):
-                raise ValueError(f"{len(questions)} questions but {len(vectors)} vectors")
-            dim = self._meta.get("vector_dim")
-            if dim is None:
-                self.set_metadata({"vector_dim": int(vectors.shape[1])})
-            elif vectors.shape[1] != dim:
-                raise BackendError(
-                    f"vectors have {vectors.shape[1]} dimensions but the index holds {dim}: "
-                    "re-index with `qres index --rebuild`"
-                )
+            rows = self._rows_per_model(vectors)
+            for m, block in enumerate(rows):
+                if len(block) != len(questions):
+                    raise ValueError(f"{len(questions)} questions but {len(block)} vectors")
+                dim = self._dim(m)
+                if dim is None:
+                    self.set_metadata({"vector_dim": int(block.shape[1])})
+                elif block.shape[1] != dim:
+                    model = self.vector_models()[m]
+                    raise BackendError(
+                        f"vectors have {block.shape[1]} dimensions but the index holds {dim}"
+                        + (f" for model {model[:12]}" if model else "")
+                        + ": re-index with `qres index --rebuild`"
+                    )
             if len(questions):
-                first = self._append_vectors(vectors)
+                first = self._append_vectors(rows)
                 slots = list(range(first, first + len(questions)))
         for question, slot, (title_terms, body_terms) in zip(questions, slots, terms, strict=True):
             writer.delete_documents_by_term("id", question.id)
@@ -498,6 +594,30 @@ class EmbeddedBackend(Backend):
                 )
             )
 
+    def _rows_per_model(self, vectors) -> list[np.ndarray]:
+        """``vectors`` (an array: the index's one model; or ``{fingerprint: array}``, one
+        entry per model of the index) as one array per vector file."""
+        models = self.vector_models() or [None]
+        if isinstance(vectors, dict) and models == [None] and len(vectors) == 1:
+            vectors = next(iter(vectors.values()))  # a model the index has not recorded
+        if not isinstance(vectors, dict):
+            if len(models) > 1:
+                raise BackendError(
+                    f"this index holds vectors of {len(models)} models: give each one's "
+                    "(pass every --model the index was built with)"
+                )
+            return [np.asarray(vectors)]
+        missing = [m for m in models if m not in vectors]
+        if missing:
+            raise BackendError(
+                f"this index also holds vectors of model {(missing[0] or '?')[:12]}: pass its "
+                "--model too (every model the index holds gets a vector per question)"
+            )
+        unknown = [fp for fp in vectors if fp not in models]
+        if unknown:
+            self._model_number(unknown[0])  # raises, naming it
+        return [np.asarray(vectors[m]) for m in models]
+
     def delete(self, ids: Sequence[str]) -> None:
         writer = self._get_writer()
         for qid in ids:
@@ -505,8 +625,8 @@ class EmbeddedBackend(Backend):
 
     def commit(self) -> None:
         try:
-            if self._vector_fd is not None:
-                os.fsync(self._vector_fd)
+            for fd in self._vector_fds.values():
+                os.fsync(fd)
             if self._writer is not None:
                 writer, self._writer = self._writer, None
                 writer.commit()
@@ -582,17 +702,20 @@ class EmbeddedBackend(Backend):
         self._follow_swaps()
         return {qid: _question(qid, doc) for qid, doc in self._docs(ids).items()}
 
-    def _vector_rows(self, needed: int) -> np.ndarray:
-        if self._vectors is None or len(self._vectors) < needed:
-            size = self._vector_path.stat().st_size if self._vector_path.exists() else 0
-            rows = size // self._row_bytes()
-            dim = int(self._meta["vector_dim"])
-            self._vectors = (
-                np.memmap(self._vector_path, self._dtype, "r", shape=(rows, dim))
+    def _vector_rows(self, needed: int, model: int = 0) -> np.ndarray:
+        store = self._vectors.get(model)
+        if store is None or len(store) < needed:
+            path = self._vector_file(model)
+            size = path.stat().st_size if path.exists() else 0
+            rows = size // self._row_bytes(model)
+            dim = int(self._dim(model))
+            store = (
+                np.memmap(path, self._dtype, "r", shape=(rows, dim))
                 if rows
                 else np.zeros((0, dim), self._dtype)
             )
-        return self._vectors
+            self._vectors = {**self._vectors, model: store}  # replaced, never changed in place
+        return store
 
     def _consistent(self, read):
         """``read()`` with the index's files as one snapshot: read again if the index was
@@ -606,23 +729,29 @@ class EmbeddedBackend(Backend):
                 break
         return out
 
-    def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return self._consistent(lambda: self._read_vectors(ids))
+    def vectors(
+        self, ids: Sequence[str], model: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`Backend.vectors`; ``model``: the fingerprint of the model whose vectors
+        to read, in an index of several (default: the first)."""
+        return self._consistent(lambda: self._read_vectors(ids, model))
 
-    def _read_vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _read_vectors(self, ids: Sequence[str], model: str | None) -> tuple[np.ndarray, np.ndarray]:
+        number = 0 if model is None else self._model_number(model)
         unknown = [q for q in ids if q not in self._slot_of]
         if unknown:
             docs = self._docs(unknown)
             self._slot_of.update({q: doc["slot"][0] for q, doc in docs.items()})
-        return self._vectors_at([self._slot_of.get(q, -1) for q in ids])
+        return self._vectors_at([self._slot_of.get(q, -1) for q in ids], number)
 
-    def _vectors_at(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``slots`` of the vector file (slot -1: none) and the mask of those present."""
-        dim = self._meta.get("vector_dim")
+    def _vectors_at(self, slots: Sequence[int], model: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``slots`` of a model's vector file (slot -1: none) and the mask of those
+        present."""
+        dim = self._dim(model)
         if dim is None:
             return np.zeros((len(slots), 0), np.float32), np.zeros(len(slots), bool)
         slots = np.asarray(slots, np.int64)
-        store = self._vector_rows(int(slots.max(initial=-1)) + 1)
+        store = self._vector_rows(int(slots.max(initial=-1)) + 1, model)
         have = (slots >= 0) & (slots < len(store))
         out = np.zeros((len(slots), dim), np.float32)
         out[have] = store[slots[have]]
@@ -660,10 +789,10 @@ class EmbeddedBackend(Backend):
             with contextlib.suppress(ValueError):
                 self._writer.rollback()
             self._writer = None
-        if self._vector_fd is not None:
-            os.close(self._vector_fd)
-            self._vector_fd = None
-        self._vectors = None
+        for fd in self._vector_fds.values():
+            os.close(fd)
+        self._vector_fds = {}
+        self._vectors = {}
         self._slot_of.clear()
         self._index = None
         if self._view is not None:
@@ -693,11 +822,19 @@ class _TantivyCandidates(Candidates):
         self._searcher = searcher
         self._addresses = [address for _, address in hits]
         self.scores = np.array([score for score, _ in hits], dtype=np.float64)
-        self.cosine = self.has_vector = None
-        if query_vector is not None:
-            slots = searcher.fast_field_values("slot", self._addresses) if hits else []
-            vectors, self.has_vector = backend._vectors_at([-1 if s is None else s for s in slots])
-            self.cosine = vectors @ query_vector  # both sides are L2-normalised
+        self.cosine = self.has_vector = self.cosines = None
+        if query_vector is None:
+            return
+        queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}
+        models = {fp: 0 if fp is None else backend._model_number(fp) for fp in queries}
+        slots = searcher.fast_field_values("slot", self._addresses) if hits else []
+        slots = [-1 if s is None else s for s in slots]
+        self.cosines, self.has_vector = {}, np.ones(len(slots), bool)
+        for fp, vector in queries.items():
+            vectors, has = backend._vectors_at(slots, models[fp])
+            self.cosines[fp] = vectors @ vector  # both sides are L2-normalised
+            self.has_vector &= has
+        self.cosine = next(iter(self.cosines.values()))
 
     def ids(self, rows: Sequence[int]) -> list[str]:
         return [self._searcher.doc(self._addresses[i])["id"][0] for i in rows]

@@ -56,7 +56,7 @@ def test_cli_on_an_old_index_gives_one_line_and_rebuild_fixes_it(run, tmp_path):
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         f"error: {meta_path.parent} was written by another qres version (index format 1, "
-        f"this qres reads {FORMAT}): re-index with `qres index CORPUS --rebuild`"
+        "this qres reads 2 and 3): re-index with `qres index CORPUS --rebuild`"
     ]
     assert run("index", corpus).exit_code == 1  # no silent mixing of layouts
     assert run("index", corpus, "--rebuild").exit_code == 0
