@@ -432,3 +432,20 @@ def test_tune_fusion_out_saves_a_fusion_of_every_model_that_search_reads(
     cosines = [c.x[:, 1], c.x[:, 2]]
     x = np.stack([c.x[:, 0] / c.x[:, 0].max(), *cosines], axis=1)  # bm25 over the query's top
     assert np.allclose(fusion.score(c.x[:, 0], cosines), x @ np.asarray(fusion.params))
+
+
+def test_a_long_lived_reader_follows_a_model_being_added(tmp_path, encoders):
+    from qres.search import SearchPipeline
+
+    a, b = encoders
+    questions = make_corpus(100, seed=8)
+    build(tmp_path / "ix", questions, [a])
+    with EmbeddedBackend(tmp_path / "ix") as reader:
+        pipeline = SearchPipeline(reader, a)
+        text = questions[3].title
+        before = pipeline.search(text, k=5, mode="dense")
+        build(tmp_path / "ix", [], [a, b])  # another writer adds b: a new directory swapped in
+        after = pipeline.search(text, k=5, mode="dense")
+        assert [(r.id, r.cosine) for r in after] == [(r.id, r.cosine) for r in before]
+        assert reader.vector_models() == [a.fingerprint, b.fingerprint]
+        assert mismatches(reader, b, questions) == 0
