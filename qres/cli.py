@@ -496,8 +496,17 @@ def _dataset_options(command):
 )
 @click.option(
     "--model",
+    "models",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Model directory (an encoder or a BOW-CNN export).",
+    multiple=True,
+    help="Model directory (an encoder or a BOW-CNN export). Repeatable: dense and hybrid "
+    "then use every encoder's cosine, from one evaluation index holding all their vectors.",
+)
+@click.option(
+    "--fusion",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Fusion file of BM25 and the models' cosines (`qres tune-fusion --cv K --model A "
+    "--model B --out FILE`) [default: the model's fusion.json; equal weights for several].",
 )
 @click.option(
     "--data-dir",
@@ -539,7 +548,8 @@ def evaluate(
     dataset,
     split,
     rankers,
-    model,
+    models,
+    fusion,
     data_dir,
     corpus,
     accuracy_at,
@@ -580,11 +590,13 @@ def evaluate(
       qres evaluate --dataset semeval2016 --model runs/gru/model --save-run runs/sem.txt
       qres evaluate --dataset semeval2016 --model runs/gru/model --ranker bm25 \\
           --ranker hybrid --compare
+      qres evaluate --dataset semeval2016 --model models/minilm --model qres/models/default \\
+          --fusion fusion-both.json
     """
     from qres import evaluate as ev
 
     try:
-        rankers = ev.choose_rankers(dataset, rankers, model)
+        rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
@@ -594,11 +606,12 @@ def evaluate(
     evaluations = ev.evaluate_rankers(
         benchmark,
         rankers,
-        model,
+        list(models),
         lambda name: _open_eval_index(obj, name),
         obj.load_encoder,
         accuracy_at,
         note=lambda message: console.print(message, highlight=False),
+        fusion_file=fusion,
     )
     if save_run is not None:
         _save_runs(save_run, evaluations)

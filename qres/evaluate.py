@@ -337,29 +337,92 @@ def evaluate_rankers(
     load_encoder: Callable[[Path], object],
     accuracy_at: Sequence[int] = (),
     note: Callable[[str], None] = lambda _message: None,
+    fusion_file: Path | None = None,
 ) -> list[Evaluation]:
     """What ``qres evaluate`` does: each ranker of :func:`choose_rankers` on ``benchmark``
-    with ``model`` (an encoder or a BOW-CNN export).
+    with ``model`` (an encoder or a BOW-CNN export, or a list of several encoders, whose
+    vectors then share one evaluation index and are fused by ``fusion_file``, equal
+    weights without one; ``fusion_file`` replaces a single model's own fusion too).
 
     The qres rankers use evaluation indexes opened with ``open_index(name)``; the name holds
     the model's fingerprint and the texts' source, so an index is re-used only for the same
     model and corpus. ``note`` is told what the figures should be read with (a fusion
     tuned on the split scored, or cross-validated on it).
     """
+    if isinstance(model, list | tuple):
+        if len(model) > 1:
+            return _evaluate_models(
+                benchmark, rankers, model, open_index, load_encoder, accuracy_at, note, fusion_file
+            )
+        model = model[0] if model else None
     bowcnn = model is not None and is_bowcnn_model(model)
     wants_vectors = any(r in ("dense", "hybrid") for r in rankers)
     encoder = load_encoder(model) if model and (wants_vectors or not bowcnn) else None
     if wants_vectors and encoder is None:
         raise BackendError("the dense and hybrid rankers need --model MODEL_DIR")
     scorer = BowCnnScorer.load(model) if "bow-cnn" in rankers else None
-    fusion = Fusion.load(model) if encoder is not None else None
-    dataset, split = benchmark.dataset, benchmark.split
+    fusion = None
+    if encoder is not None:
+        fusion = Fusion.load(model) if fusion_file is None else _read_fusion(fusion_file, [encoder])
     key = "bm25" if encoder is None else encoder.fingerprint[:16]
+    return _evaluate_with(
+        benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note
+    )
+
+
+def _read_fusion(path: Path, encoders) -> Fusion:
+    """The fusion file ``path``, checked to fuse exactly the given encoders' models."""
+    fusion = Fusion.read(path)
+    given = [e.fingerprint for e in encoders]
+    named = fusion.models or given[:1]  # a file without models: one model's fusion
+    for fp in named:
+        if fp not in given:
+            raise BackendError(
+                f"{path} fuses model {fp[:12]}, which is not given: pass --model DIR of every "
+                "model it fuses"
+            )
+    for fp in given:
+        if fp not in named:
+            raise BackendError(f"{path} does not fuse model {fp[:12]} given with --model")
+    return fusion
+
+
+def _evaluate_models(
+    benchmark, rankers, models, open_index, load_encoder, accuracy_at, note, fusion_file
+):
+    """Several encoders: one evaluation index holds every model's vectors, searched by the
+    production pipeline with the cosines in the fusion's order."""
+    if "bow-cnn" in rankers:
+        raise BackendError("the bow-cnn ranker takes one --model")
+    encoders = [load_encoder(m) for m in models]
+    by_fingerprint = {e.fingerprint: e for e in encoders}
+    if len(by_fingerprint) < len(encoders):
+        raise BackendError("a model is given twice with --model")
+    if fusion_file is None:
+        fusion = Fusion.equal(sorted(by_fingerprint))
+        if "hybrid" in rankers:
+            note(f"hybrid: {fusion.source} (pass --fusion FILE from `qres tune-fusion --cv`)")
+    else:
+        fusion = _read_fusion(fusion_file, encoders)
+    ordered = [by_fingerprint[fp] for fp in fusion.models]
+    key = "+".join(fp[:12] for fp in sorted(by_fingerprint))
+    return _evaluate_with(
+        benchmark, rankers, ordered, fusion, None, key, open_index, accuracy_at, note
+    )
+
+
+def _evaluate_with(benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note):
+    dataset, split = benchmark.dataset, benchmark.split
     if benchmark.source is not None:
         key += "-" + hashlib.sha1(str(benchmark.source.resolve()).encode()).hexdigest()[:8]
     evaluations = []
     for ranker in rankers:
-        if ranker == "hybrid" and fusion and fusion.tuned_on == f"{dataset}/{split}":
+        if (
+            ranker == "hybrid"
+            and fusion
+            and not fusion.cv
+            and fusion.tuned_on == f"{dataset}/{split}"
+        ):
             note(
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"

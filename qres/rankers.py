@@ -17,7 +17,7 @@ from itertools import islice
 
 import numpy as np
 
-from qres.backends.base import Backend, BackendError
+from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus import Question
 from qres.indexing import index_questions
 from qres.search import MODES, SearchPipeline
@@ -44,6 +44,8 @@ class PipelineRanker:
         """Evaluation encodes the whole question (title and body), as the index does."""
         if self.mode == "bm25":
             return None
+        if len(pipeline.encoders) > 1:  # an index of several models: a vector per model
+            return {e.fingerprint: e.encode_questions([question])[0] for e in pipeline.encoders}
         return pipeline.encoder.encode_questions([question])[0]
 
     def score(self, query: Question, candidates: Sequence[str]) -> list[tuple[str, float]]:
@@ -62,7 +64,7 @@ class PipelineRanker:
         if self.mode != "hybrid" or fusion.for_query(query_id) is fusion:
             return self.pipeline
         p = self.pipeline
-        return SearchPipeline(p.backend, p.encoder, fusion.for_query(query_id), p.candidates)
+        return SearchPipeline(p.backend, p.encoders, fusion.for_query(query_id), p.candidates)
 
     def top(self, queries: Sequence[Question], k: int) -> list[list[str]]:
         """The first ``k`` corpus questions of each query, the query itself left out."""
@@ -166,11 +168,12 @@ def ensure_index(
     backend: Backend, questions: Callable[[], Iterable[Question]], encoder=None
 ) -> None:
     """Fill an evaluation index once (re-used while its model fingerprint matches)."""
-    meta = backend.metadata()
-    wanted = encoder.fingerprint if encoder is not None else None
-    if backend.count() > 0 and meta.get("model_fingerprint") == wanted:
+    several = isinstance(encoder, list | tuple)
+    encoders = list(encoder) if several else [encoder] if encoder is not None else []
+    held = sorted(m["model_fingerprint"] for m in index_models(backend.metadata()))
+    if backend.count() > 0 and held == sorted(e.fingerprint for e in encoders):
         return
-    index_questions(backend, questions(), encoder=encoder)
+    index_questions(backend, questions(), encoder=encoders if several else encoder)
 
 
 def _pipeline(backend, encoder, fusion) -> SearchPipeline:

@@ -54,9 +54,9 @@ def write_tsv(path: Path, questions: list[Question]) -> Path:
     return path
 
 
-def write_model(path: Path, dim: int = 16, seed: int = 0) -> Path:
+def write_model(path: Path, dim: int = 16, seed: int = 0, vocab: Vocab | None = None) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    vocab = Vocab.from_words(WORDS)
+    vocab = vocab or Vocab.from_words(WORDS)
     table = np.random.default_rng(seed).normal(size=(len(vocab), dim)).astype(np.float32)
     onnx.save(bag_of_words_graph(table), path / "model.onnx")
     vocab.save(path / "vocab.txt")

@@ -180,3 +180,56 @@ def test_evaluate_reports_the_cross_validated_figure_that_tune_fusion_measured(r
     out_of_fold = json.loads((tmp_path / "cv.json").read_text())["per_query"][report["chosen"]]
     for row in hybrid["per_query"]:
         assert row["AP"] == pytest.approx(100 * out_of_fold[row["query"]]["AP"], abs=1e-6)
+
+
+def test_evaluate_with_two_models_reports_the_cross_validated_figure(run, tmp_path):
+    """The same with two models: `qres tune-fusion --cv --model A --model B --out FILE`,
+    then `qres evaluate --model B --model A --fusion FILE` over one index of both models'
+    vectors scores each dev query with the fit of the folds that did not see it."""
+    from pathlib import Path
+
+    from qres.vocab import Vocab
+    from tests.safety_helpers import write_model
+
+    vocab = Vocab.load(Path(__file__).parents[1] / "qres" / "models" / "default" / "vocab.txt")
+    a = write_model(tmp_path / "a", dim=16, seed=0, vocab=vocab)
+    b = write_model(tmp_path / "b", dim=8, seed=1, vocab=vocab)
+    fusion = tmp_path / "both.json"
+    tuned = run(
+        "--json", "tune-fusion", "--model", a, "--model", b, "--cv", 5, "--cv-splits", "dev",
+        "--report", tmp_path / "cv.json", "--out", fusion,
+    )  # fmt: skip
+    assert tuned.exit_code == 0, tuned.output
+    report = json.loads(tuned.output)
+    saved = Fusion.read(fusion)
+    assert len(saved.models) == 2 and len(saved.cv["fold_of"]) == 50
+    evaluated = run(
+        "--json", "evaluate", "--dataset", "semeval2016", "--split", "dev",
+        "--model", b, "--model", a, "--fusion", fusion, "--per-query",
+    )  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    assert f"{saved.method} fusion cross-validated in 5 folds" in evaluated.output
+    assert "optimistic" not in evaluated.output
+    results = json.loads(evaluated.output[evaluated.output.index("[") :])
+    assert [e["ranker"] for e in results] == ["given-order", "bm25", "dense", "hybrid"]
+    bm25, hybrid = results[1], results[3]
+    assert bm25["metrics"]["MAP"] == pytest.approx(72.26, abs=0.01)
+    cv_map = report["methods"][report["chosen"]]["dev"]["MAP"]
+    assert hybrid["metrics"]["MAP"] == pytest.approx(cv_map, abs=1e-6)
+    out_of_fold = json.loads((tmp_path / "cv.json").read_text())["per_query"][report["chosen"]]
+    for row in hybrid["per_query"]:
+        assert row["AP"] == pytest.approx(100 * out_of_fold[row["query"]]["AP"], abs=1e-6)
+    # the folds' fits differ from the refit on all queries, so held-out scoring is exercised
+    assert any(params != saved.params for params in saved.cv["per_fold"])
+
+    c = write_model(tmp_path / "c", dim=8, seed=2, vocab=vocab)
+    missing = run(
+        "evaluate", "--dataset", "semeval2016", "--model", a, "--model", c,
+        "--fusion", fusion, "--ranker", "hybrid",
+    )  # fmt: skip
+    assert missing.exit_code == 1
+    fp = saved.models[1][:12]
+    assert missing.output.strip().splitlines() == [
+        f"error: {fusion} fuses model {fp}, which is not given: pass --model DIR of every "
+        "model it fuses"
+    ]
