@@ -1041,6 +1041,13 @@ def compact(obj: Context):
     type=click.Path(file_okay=False, path_type=Path),
     help="Model directory [default: the one the index was built with].",
 )
+@click.option(
+    "--fusion",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
+    "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
+    "weights for an index of several models].",
+)
 @click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
 @click.option(
     "--max-k",
@@ -1082,6 +1089,7 @@ def serve(
     port,
     workers,
     model,
+    fusion,
     candidates,
     max_k,
     max_body_bytes,
@@ -1101,6 +1109,7 @@ def serve(
     Example:
       qres index qres/data/demo/questions.tsv --model qres/models/default
       qres serve --port 8000        # then open http://127.0.0.1:8000/
+      qres serve --fusion fusion-both.json   # an index of several models
     """
     import logging
 
@@ -1114,6 +1123,7 @@ def serve(
         index_dir=str(obj.index_dir),
         backend=obj.backend_name,
         model=str(model) if model else None,
+        fusion=str(fusion) if fusion else None,
         candidates=candidates,
         max_k=max_k,
         max_body_bytes=max_body_bytes,

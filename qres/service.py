@@ -59,6 +59,7 @@ class ServiceConfig:
     index_dir: str
     backend: str | None = None
     model: str | None = None  # default: the model the index was built with
+    fusion: str | None = None  # a fusion file (default: the model's, or equal weights)
     candidates: int = 100
     max_k: int = 100
     max_query_chars: int = 2000
@@ -160,7 +161,11 @@ class Service:
                 )
             # requests run side by side: one onnxruntime thread each
             self.pipeline = SearchPipeline.for_index(
-                self.backend, config.model, candidates=config.candidates, threads=1
+                self.backend,
+                config.model,
+                candidates=config.candidates,
+                threads=1,
+                fusion=config.fusion,
             )
         except BaseException:
             self.backend.close()

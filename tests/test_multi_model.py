@@ -449,3 +449,36 @@ def test_a_long_lived_reader_follows_a_model_being_added(tmp_path, encoders):
         assert [(r.id, r.cosine) for r in after] == [(r.id, r.cosine) for r in before]
         assert reader.vector_models() == [a.fingerprint, b.fingerprint]
         assert mismatches(reader, b, questions) == 0
+
+
+def test_serve_fusion_passes_the_fusion_file_to_the_pipeline(
+    run, tmp_path, monkeypatch, two_model_index, encoders
+):
+    """`qres serve --fusion FILE` searches with that file's fusion, in its model order; a
+    fusion of other models is refused in one line before the server starts."""
+    import uvicorn
+
+    from qres.fusion import Fusion
+
+    a, b = encoders
+    path, _ = two_model_index
+    fusion = Fusion(
+        bm25=0.1, cosine=0.0, params=[0.1, 0.2, 0.7], models=[b.fingerprint, a.fingerprint]
+    ).save_file(tmp_path / "ba.json")
+    served = []
+
+    def fake_run(app, **_address):
+        served.append(app.state.service)
+        app.state.service.close()
+
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    result = run("--index-dir", path, "serve", "--fusion", fusion)
+    assert result.exit_code == 0, result.output
+    (service,) = served
+    assert service.pipeline.fusion == Fusion.read(fusion)
+    assert [e.fingerprint for e in service.pipeline.encoders] == [b.fingerprint, a.fingerprint]
+    wrong = Fusion(0.5, 0.5, params=[0.5, 0.5], models=[a.fingerprint])
+    result = run("--index-dir", path, "serve", "--fusion", wrong.save_file(tmp_path / "a.json"))
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert result.output.startswith(f"error: {tmp_path / 'a.json'} fuses models")
+    assert len(served) == 1
