@@ -80,6 +80,17 @@ def check_model_matches(backend: Backend, encoder) -> None:
         )
 
 
+def _search_encoder(model_dir, threads, runtime):
+    """(the opened model directory, its query encoder); a scorer search cannot apply is
+    refused."""
+    from qres.encoder import Encoder
+    from qres.model import open_model
+
+    loaded = open_model(model_dir)
+    loaded.require_search_scorer()
+    return loaded, Encoder.from_model(loaded, threads=threads, runtime=runtime)
+
+
 class SearchPipeline:
     """BM25 candidates from ``backend``, rescored with ``encoder`` and fused by ``fusion``.
 
@@ -169,36 +180,28 @@ class SearchPipeline:
             if mode in ("dense", "hybrid"):
                 raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
             return cls(backend, candidates=candidates, mode="bm25")
-        from qres.encoder import Encoder, Runtime
-        from qres.model import open_model
+        from qres.encoder import Runtime
 
-        loaded = open_model(model)
-        loaded.require_search_scorer()
-        runtime = Runtime.from_env(device)
-        encoder = Encoder.from_model(loaded, threads=threads, runtime=runtime)
+        loaded, encoder = _search_encoder(model, threads, Runtime.from_env(device))
         chosen = Fusion.read(fusion) if fusion is not None else Fusion.for_model(loaded)
         return cls(backend, encoder, chosen, candidates, mode or "hybrid")
 
     @classmethod
     def _for_models(cls, backend, held, mode, candidates, threads, device, fusion_file):
         """The pipeline over every model of an index of several, in the fusion's order."""
-        from qres.encoder import Encoder, EncoderError, Runtime
-        from qres.model import open_model
+        from qres.encoder import EncoderError, Runtime
 
         runtime = Runtime.from_env(device)
         encoders = {}
         for m in held:
             try:
-                loaded = open_model(m["model_dir"] or "")
-                loaded.require_search_scorer()
+                _, encoder = _search_encoder(m["model_dir"] or "", threads, runtime)
             except EncoderError as err:
                 raise BackendError(
                     f"model {_short(m['model_fingerprint'])} of this index cannot be loaded "
                     f"({err}): restore it at {m['model_dir']}, or search with --mode bm25"
                 ) from None
-            encoders[m["model_fingerprint"]] = Encoder.from_model(
-                loaded, threads=threads, runtime=runtime
-            )
+            encoders[m["model_fingerprint"]] = encoder
         if fusion_file is None:
             fusion = Fusion.equal(list(encoders))
         else:

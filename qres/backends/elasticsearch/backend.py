@@ -370,14 +370,7 @@ class EsBackend(Backend):
         query = self._bm25(text, only_ids)
         if query is None or k <= 0 or (only_ids is not None and not only_ids):
             return []
-        answer = self._client.search(
-            index=self._target,
-            query=query,
-            size=min(k, MAX_RESULT_WINDOW),
-            source=False,
-            track_total_hits=False,
-        )
-        return self._hits(answer)
+        return self._hits(self._ranked(query, k))
 
     @_guarded
     def search_with_cosine(
@@ -389,13 +382,8 @@ class EsBackend(Backend):
         query = self._bm25(text, only_ids)
         if query is None or k <= 0 or (only_ids is not None and not only_ids):
             return [], np.zeros(0, np.float32), np.zeros(0, bool)
-        answer = self._client.search(
-            index=self._target,
-            query=query,
-            size=min(k, MAX_RESULT_WINDOW),
-            source=False,
-            track_total_hits=False,
-            script_fields={"cosine": cosine_field(self._query_vector(query_vector))},
+        answer = self._ranked(
+            query, k, script_fields={"cosine": cosine_field(self._query_vector(query_vector))}
         )
         hits = self._hits(answer)
         cosine = np.zeros(len(hits), np.float32)
@@ -452,15 +440,7 @@ class EsBackend(Backend):
                 "score_mode": "total",
             },
         }
-        answer = self._client.search(
-            index=self._target,
-            query=query,
-            rescore=rescore,
-            size=min(k, MAX_RESULT_WINDOW),
-            source=False,
-            track_total_hits=False,
-        )
-        return self._hits(answer)
+        return self._hits(self._ranked(query, k, rescore=rescore))
 
     @_guarded
     def knn_search(
@@ -494,6 +474,17 @@ class EsBackend(Backend):
             index=self._target, knn=knn, size=k, source=False, track_total_hits=False, **options
         )
         return self._hits(answer)
+
+    def _ranked(self, query: dict, k: int, **extra):
+        """The top ``k`` ids and scores of ``query`` (no ``_source``, no hit count)."""
+        return self._client.search(
+            index=self._target,
+            query=query,
+            size=min(k, MAX_RESULT_WINDOW),
+            source=False,
+            track_total_hits=False,
+            **extra,
+        )
 
     # -- reading stored fields -----------------------------------------------------------------
 
