@@ -309,10 +309,10 @@ def _record_models(backend: Backend, encoders: list) -> list:
 
     The writer's lock comes first: a second writer is turned away before it changes
     anything, and the check sees what the last writer recorded."""
-    if len(encoders) > 1 and backend.name != "embedded":
+    if len(encoders) > 1 and not getattr(backend, "several_models", False):
         raise BackendError(
-            f"several --model need the embedded backend: the {backend.name} backend stores "
-            "one model's vectors per index"
+            f"several --model need a backend that stores a vector per model: the "
+            f"{backend.name} backend stores one model's vectors per index"
         )
     fingerprints = [e.fingerprint for e in encoders]
     if len(set(fingerprints)) < len(fingerprints):
@@ -349,13 +349,9 @@ def _record_models(backend: Backend, encoders: list) -> list:
 
 def add_models(backend: Backend, encoders: list, on_batch: Callable[[int], None] | None = None):
     """Add the vectors of ``encoders``' models to every question of the index that has
-    vectors, computing only theirs (the vectors held are copied); crash-safe (built beside
-    the index and swapped in). Returns the number of questions encoded."""
-    if backend.name != "embedded":
-        raise BackendError(
-            f"adding a model needs the embedded backend: the {backend.name} backend stores "
-            "one model's vectors per index"
-        )
+    vectors, computing only theirs (the vectors held are kept); crash-safe: an interrupted
+    add leaves the index holding the models it held (see the backends' ``add_models``).
+    Returns the number of questions encoded."""
     by_fingerprint = {e.fingerprint: e for e in encoders}
 
     def encode(questions: list[Question]) -> dict:

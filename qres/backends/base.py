@@ -49,10 +49,13 @@ class Candidates:
         hits: Sequence[Hit],
         cosine: np.ndarray | None = None,
         has_vector: np.ndarray | None = None,
+        cosines: dict | None = None,
     ):
         self._hits = list(hits)
         self.scores = np.array([h.score for h in hits], dtype=np.float64)  # as the engine gave
         self.cosine, self.has_vector = cosine, has_vector
+        # With a query vector per model ({fingerprint: vector}): each model's cosines.
+        self.cosines = cosines
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -117,7 +120,8 @@ class Backend(ABC):
 
     @abstractmethod
     def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(float32 matrix with a row per id, bool mask of the rows that have a vector)."""
+        """(float32 matrix with a row per id, bool mask of the rows that have a vector).
+        A backend of several models takes ``model=FINGERPRINT`` (default: the first)."""
 
     @abstractmethod
     def count(self) -> int:
@@ -145,6 +149,14 @@ class Backend(ABC):
             return hits, np.zeros(0, np.float32), np.zeros(0, bool)
         vectors, has_vector = self.vectors([h.id for h in hits])
         return hits, vectors @ query_vector, has_vector  # both sides are L2-normalised
+
+    several_models: bool = False  # whether it stores a vector per model (upsert's dicts)
+
+    def add_models(self, models: Sequence[dict], encode: Callable) -> int:
+        """Give every question that has vectors the vectors of further ``models``
+        ({model_fingerprint, vector_dim, model_dir} each): ``encode(questions)`` returns
+        ``{fingerprint: rows}``; returns the number of questions encoded."""
+        raise BackendError(f"the {self.name} backend stores one model's vectors per index")
 
     keeps_search_log: bool = False  # whether log_search records searches (Elasticsearch)
 

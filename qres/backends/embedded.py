@@ -163,6 +163,7 @@ def _read_meta(meta_path: Path) -> dict:
 
 class EmbeddedBackend(Backend):
     name = "embedded"
+    several_models = True
 
     def __init__(self, path: str | Path, create: bool = False, rebuild: bool = False, **settings):
         """Open the index at ``path``; with ``create``, make it (``settings``: analyzer,

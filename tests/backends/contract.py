@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from qres.backends.base import BackendError
 from qres.corpus import Question
 
 QUESTIONS = [
@@ -232,3 +233,86 @@ class BackendContract:
             rebuilding.upsert([Question("n1", "Printer not found", "")])
         with make_backend("contract", reopen=True) as reader:
             assert reader.count() == 1 and reader.fetch(["n1"])
+
+    # -- several models: a vector per model for each question (issue 15, item 4) --------------
+
+    MODEL_A, MODEL_B = "a" * 64, "b" * 64
+
+    def two_models(self, backend, questions=QUESTIONS):
+        """Record models A (4 dims) and B (3 dims) as indexing does, then write questions with
+        a vector of each; returns their vectors {fingerprint: rows}."""
+        backend.set_metadata(
+            {
+                "model_fingerprint": self.MODEL_A,
+                "vector_dim": 4,
+                "model_dir": None,
+                "more_models": [
+                    {"model_fingerprint": self.MODEL_B, "vector_dim": 3, "model_dir": None}
+                ],
+                "format": 3,
+            }
+        )
+        vectors = {
+            self.MODEL_A: vectors_for(len(questions), dim=4, seed=1),
+            self.MODEL_B: vectors_for(len(questions), dim=3, seed=2),
+        }
+        self.fill(backend, questions, vectors)
+        return vectors
+
+    def test_several_models_keep_a_vector_each_and_score_every_cosine(self, backend):
+        vectors = self.two_models(backend)
+        for fp in (self.MODEL_A, self.MODEL_B):
+            got, has = backend.vectors(["u3", "u1"], model=fp)
+            assert has.all()
+            np.testing.assert_allclose(got, vectors[fp][[2, 0]], atol=1e-3)
+        queries = {self.MODEL_A: vectors_for(1, 4, seed=5)[0], self.MODEL_B: vectors_for(1, 3)[0]}
+        found = backend.candidates("boot ubuntu usb windows", 10, query_vector=queries)
+        ids = found.ids(range(len(found)))
+        assert set(ids) == {"u1", "u3", "u5"} and found.has_vector.all()
+        rows = [int(qid[1:]) - 1 for qid in ids]
+        for fp, query in queries.items():
+            np.testing.assert_allclose(found.cosines[fp], vectors[fp][rows] @ query, atol=2e-3)
+        # a single query vector is the first model's
+        _, cosine, _ = backend.search_with_cosine(
+            "boot ubuntu usb windows", 10, queries[self.MODEL_A]
+        )
+        np.testing.assert_allclose(cosine, found.cosines[self.MODEL_A], atol=1e-6)
+
+    def test_several_models_need_a_vector_of_each(self, backend):
+        self.two_models(backend)
+        with pytest.raises(BackendError, match="vectors of 2 models"):
+            backend.upsert(QUESTIONS[:1], vectors_for(1))
+        with pytest.raises(BackendError, match=f"model {self.MODEL_B[:12]}"):
+            backend.upsert(QUESTIONS[:1], {self.MODEL_A: vectors_for(1)})
+        with pytest.raises(BackendError, match=f"model {'c' * 12}"):
+            backend.vectors(["u1"], model="c" * 64)
+
+    def test_adding_a_model_gives_the_questions_held_its_vectors(self, backend, make_backend):
+        backend.set_metadata({"model_fingerprint": self.MODEL_A, "vector_dim": 4})
+        held = vectors_for(5, dim=4, seed=1)
+        self.fill(backend, vectors=held)
+        self.fill(backend, [Question("plain", "no vector here", "")])
+        new = {q.id: row for q, row in zip(QUESTIONS, vectors_for(5, dim=3, seed=2), strict=True)}
+        asked: list[str] = []
+
+        def encode(questions):
+            asked.extend(q.id for q in questions)
+            return {self.MODEL_B: np.stack([new[q.id] for q in questions])}
+
+        model = {"model_fingerprint": self.MODEL_B, "vector_dim": 3, "model_dir": None}
+        assert backend.add_models([model], encode) == 5
+        assert sorted(asked) == sorted(new)  # the question without vectors is not encoded
+        reader = make_backend("contract", reopen=True)
+        try:
+            meta = reader.metadata()
+            assert [m["model_fingerprint"] for m in meta["more_models"]] == [self.MODEL_B]
+            ids = [q.id for q in QUESTIONS]
+            got, has = reader.vectors(ids, model=self.MODEL_B)
+            assert has.all()
+            np.testing.assert_allclose(got, np.stack([new[i] for i in ids]), atol=1e-3)
+            got, _ = reader.vectors(ids, model=self.MODEL_A)
+            np.testing.assert_allclose(got, held, atol=1e-3)
+            assert reader.fetch(["u1"])["u1"] == QUESTIONS[0]
+            assert reader.search("boot ubuntu usb", 1)[0].id == "u1"  # BM25 terms kept
+        finally:
+            reader.close()

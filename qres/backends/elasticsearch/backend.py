@@ -6,10 +6,12 @@ Index layout (``es_config/`` holds the JSON the index is made from)::
     qres-questions-v<N>      the physical index behind it; a rebuild fills v<N+1> and swaps
                              the alias in one ``_aliases`` call, then deletes v<N>
 
-Documents hold ``id``, ``title``, ``body`` (English analyzer: possessives, stop words and
-Porter2 stemming, as :func:`qres.text.bm25_terms` does), ``tags`` and, once a model is used,
-``vector`` (``dense_vector``, cosine, indexed for kNN). The mapping's ``_meta`` is the index
-metadata (analyzer, title boost, model fingerprint, vector dims).
+Documents hold ``id``, ``title``, ``body``, their BM25 terms (``title_terms``, ``body_terms``:
+:func:`qres.text.bm25_terms`, split back by a whitespace analyzer), ``tags`` and, once a model
+is used, ``vector`` (``dense_vector``, cosine, indexed for kNN); an index of several models
+has one more field per further model, ``vector_<first 16 hex of its fingerprint>``. The
+mapping's ``_meta`` is the index metadata (analyzer, title boost, model fingerprints, vector
+dims; ``more_models`` as in the embedded backend).
 
 The index refreshes only on :meth:`EsBackend.commit` (``refresh_interval: -1``) and reads use
 ``realtime=false``, so, as with the embedded backend, nothing written is visible to searches
@@ -29,7 +31,7 @@ import numpy as np
 from elastic_transport import ApiError as TransportApiError
 from elasticsearch import NotFoundError, helpers
 
-from qres.backends.base import Backend, BackendError, Hit
+from qres.backends.base import Backend, BackendError, Candidates, Hit, index_models
 from qres.backends.elasticsearch.config import EsConfig, load_config, make_client
 from qres.backends.elasticsearch.errors import (
     _describe_error,
@@ -40,13 +42,16 @@ from qres.backends.elasticsearch.errors import (
 )
 from qres.backends.elasticsearch.requests import (
     MAX_RESULT_WINDOW,
+    NEWEST_FORMAT,
     RESCORE_SCRIPT,
+    VECTOR_FIELD,
     IndexSettings,
     bm25_query,
     cosine_field,
     load_es_config,
     search_log_document,
     terms_fields,
+    vector_field,
 )
 from qres.corpus import Question
 
@@ -69,6 +74,7 @@ class EsBackend(Backend):
     """
 
     name = "elasticsearch"
+    several_models = True
     bulk_docs = 500  # documents per bulk request
     bulk_bytes = 10 * 1024 * 1024
     bulk_retries = 5  # for 429 and 5xx answers, with exponential backoff
@@ -97,7 +103,8 @@ class EsBackend(Backend):
         self._target = index  # what reads and writes name: the alias, or the index being built
         self._physical: str | None = None
         self._rebuilding: str | None = None
-        self._vector_dim: int | None = None
+        self._dims: dict[str, int] = {}  # vector field -> dimensions, as the mapping says
+        self._meta: dict = {}  # the mapping's _meta, as last read or written here
         self._title_boost = self.settings.title_boost
         self._analyzer = self.settings.analyzer
         self._log_ready = False
@@ -141,6 +148,11 @@ class EsBackend(Backend):
                 "body fields): pick another index name"
             )
         meta = mappings.get("_meta", {})
+        if int(meta.get("format", 1)) > NEWEST_FORMAT:
+            raise BackendError(
+                f"{self.alias!r} at {self.config.safe_url} was made by a newer qres (index "
+                f"format {meta['format']}): upgrade qres to use it"
+            )
         if {"title_terms", "body_terms"} - set(properties):
             raise BackendError(
                 f"{self.alias!r} at {self.config.safe_url} was made by an older qres (index "
@@ -149,7 +161,12 @@ class EsBackend(Backend):
                 "`qres --backend elasticsearch index --rebuild CORPUS`"
             )
         self._physical = physical
-        self._vector_dim = properties.get("vector", {}).get("dims")
+        self._dims = {
+            name: int(field["dims"])
+            for name, field in properties.items()
+            if field.get("type") == "dense_vector" and "dims" in field
+        }
+        self._meta = dict(meta)
         self._title_boost = float(meta.get("title_boost", 2.0))
         self._analyzer = meta.get("analyzer", "english")
         wanted = self.settings.vector_dims
@@ -159,6 +176,36 @@ class EsBackend(Backend):
                 f"dimensional vectors but the model makes {wanted}: rebuild it with "
                 "`qres --backend elasticsearch index --rebuild CORPUS --model MODEL_DIR`"
             )
+
+    @property
+    def _vector_dim(self) -> int | None:
+        """Dimensions of the (first) model's vectors; None before any are written."""
+        return self._dims.get(VECTOR_FIELD)
+
+    def _model_fields(self) -> dict[str | None, str]:
+        """{model fingerprint: its vector field} of the models the index holds, the first
+        model first (None: vectors of a model the metadata does not name)."""
+        models = [m["model_fingerprint"] for m in index_models(self._meta)]
+        if not models:
+            return {None: VECTOR_FIELD} if VECTOR_FIELD in self._dims else {}
+        return {fp: vector_field(fp, i == 0) for i, fp in enumerate(models)}
+
+    def _field_of(self, fingerprint: str | None) -> str:
+        """The vector field of model ``fingerprint`` (None: the index's first model)."""
+        if fingerprint is None:
+            return VECTOR_FIELD
+        if fingerprint not in self._model_fields():  # added by another process since we opened
+            ((physical, body),) = self._client.indices.get_mapping(index=self._target).items()
+            self._adopt(physical, body.get("mappings", {}))
+        fields = self._model_fields()
+        if fingerprint not in fields:
+            held = ", ".join(fp[:12] for fp in fields if fp) or "none"
+            raise BackendError(
+                f"index {self.alias!r} at {self.config.safe_url} holds no vectors of model "
+                f"{fingerprint[:12]} (it holds {held}): add it with "
+                "`qres --backend elasticsearch index CORPUS --model ... --model MODEL_DIR`"
+            )
+        return fields[fingerprint]
 
     def _server_version(self) -> tuple[int, int]:
         number = self._client.info()["version"]["number"]
@@ -274,15 +321,17 @@ class EsBackend(Backend):
     def upsert(
         self,
         questions: Sequence[Question],
-        vectors: np.ndarray | None = None,
+        vectors: np.ndarray | dict | None = None,
         terms: Sequence | None = None,  # unused: terms_fields() below works them out
     ) -> None:
-        rows = None
-        if vectors is not None:
-            if len(vectors) != len(questions):
-                raise ValueError(f"{len(questions)} questions but {len(vectors)} vectors")
-            rows = np.asarray(vectors, dtype=np.float32)
-            self._ensure_vector_field(int(rows.shape[1]))
+        """As :meth:`Backend.upsert`; ``vectors``: an array (an index of one model) or
+        ``{fingerprint: array}`` with an entry for every model of the index."""
+        blocks = {} if vectors is None else self._vector_blocks(vectors, len(questions))
+        self._index(questions, blocks, "indexed")
+
+    def _index(self, questions: Sequence[Question], blocks: dict, done: str) -> None:
+        """Index ``questions`` whole (terms computed here), with ``blocks``' vectors
+        ({vector field: rows})."""
 
         def actions() -> Iterator[dict]:
             for i, question in enumerate(questions):
@@ -293,8 +342,8 @@ class EsBackend(Backend):
                     **terms_fields(question.title, question.body, self._analyzer),
                     "tags": list(question.tags),
                 }
-                if rows is not None:
-                    source["vector"] = rows[i].tolist()
+                for field, rows in blocks.items():
+                    source[field] = rows[i].tolist()
                 yield {
                     "_op_type": "index",
                     "_index": self._target,
@@ -302,19 +351,123 @@ class EsBackend(Backend):
                     "_source": source,
                 }
 
-        self._bulk(actions(), len(questions), "indexed")
+        self._bulk(actions(), len(questions), done)
 
-    def _ensure_vector_field(self, dims: int) -> None:
-        if self._vector_dim is None:
-            mapping = self.settings.vector_mapping(dims)
-            self._client.indices.put_mapping(index=self._target, properties={"vector": mapping})
-            self._vector_dim = dims
-            self.set_metadata({"vector_dim": dims})
-        elif dims != self._vector_dim:
+    def _vector_blocks(self, vectors, n: int) -> dict[str, np.ndarray]:
+        """``vectors`` as {vector field: float32 rows}, one entry per model of the index,
+        checked against the models and dimensions it holds; adds missing vector fields."""
+        fields = self._model_fields() or {None: VECTOR_FIELD}
+        if isinstance(vectors, dict) and any(fp not in fields for fp in vectors):
+            if list(fields) == [None] and len(vectors) == 1:  # a model the index has not named
+                vectors = next(iter(vectors.values()))
+            else:
+                for fp in vectors:
+                    self._field_of(fp)  # re-reads the metadata once; raises naming the model
+                fields = self._model_fields()
+        if not isinstance(vectors, dict):
+            if len(fields) > 1:
+                raise BackendError(
+                    f"this index holds vectors of {len(fields)} models: give each one's "
+                    "(pass every --model the index was built with)"
+                )
+            vectors = {next(iter(fields)): vectors}
+        missing = [fp for fp in fields if fp not in vectors]
+        if missing:
             raise BackendError(
-                f"vectors have {dims} dimensions but the index holds {self._vector_dim}: "
-                "re-index with `qres --backend elasticsearch index --rebuild CORPUS`"
+                f"this index also holds vectors of model {(missing[0] or '?')[:12]}: pass its "
+                "--model too (every model the index holds gets a vector per question)"
             )
+        blocks = {}
+        for fp, field in fields.items():
+            rows = np.asarray(vectors[fp], dtype=np.float32)
+            if len(rows) != n:
+                raise ValueError(f"{n} questions but {len(rows)} vectors")
+            blocks[field] = rows
+        self._ensure_vector_fields({f: (fp, int(blocks[f].shape[1])) for fp, f in fields.items()})
+        return blocks
+
+    def _ensure_vector_fields(self, wanted: dict[str, tuple[str | None, int]]) -> None:
+        """Map the vector fields of ``wanted`` ({field: (fingerprint, dims)}) the index lacks;
+        refuse dimensions other than the ones a mapped field has."""
+        new = {}
+        for field, (fingerprint, dims) in wanted.items():
+            held = self._dims.get(field)
+            if held is None:
+                new[field] = self.settings.vector_mapping(dims)
+            elif held != dims:
+                model = f" for model {fingerprint[:12]}" if field != VECTOR_FIELD else ""
+                raise BackendError(
+                    f"vectors have {dims} dimensions but the index holds {held}{model}: "
+                    "re-index with `qres --backend elasticsearch index --rebuild CORPUS`"
+                )
+        if new:
+            self._client.indices.put_mapping(index=self._target, properties=new)
+            self._dims.update({field: int(mapping["dims"]) for field, mapping in new.items()})
+            if VECTOR_FIELD in new:
+                self.set_metadata({"vector_dim": self._dims[VECTOR_FIELD]})
+
+    @_guarded
+    def add_models(self, models: Sequence[dict], encode) -> int:
+        """Give every question that has a vector the vectors of further ``models``
+        ({model_fingerprint, vector_dim, model_dir} each; ``encode(questions)`` returns
+        ``{fingerprint: rows}``), each in its own ``vector_<fingerprint16>`` field.
+
+        Questions are read in pages of the last committed state (sorted by id) and indexed
+        again whole, their held vectors copied from ``_source`` (a partial update would
+        lose the BM25 terms, which ``_source`` leaves out). The models are added to the
+        metadata last, after a refresh: until then searches and writes use the models the
+        index held, and an interrupted add leaves it holding those (a re-run adds the
+        models again). Returns the number of questions encoded."""
+        fields = self._model_fields()
+        if not fields:
+            raise BackendError("this index has no vectors to add a model's to: index with --model")
+        if None in fields:
+            raise BackendError(
+                "this index does not name the model of its vectors: re-index it with "
+                "`qres --backend elasticsearch index --rebuild CORPUS --model A --model B`"
+            )
+        for m in models:
+            if m["model_fingerprint"] in fields:
+                raise BackendError(f"the index holds model {m['model_fingerprint'][:12]} already")
+        added, wanted = {}, {}  # fingerprint -> its new field; field -> (fingerprint, dims)
+        for m in models:
+            fp = m["model_fingerprint"]
+            added[fp] = vector_field(fp, first=False)
+            wanted[added[fp]] = (fp, int(m["vector_dim"]))
+        self._ensure_vector_fields(wanted)
+        encoded, after = 0, None
+        while True:
+            page = self._client.search(
+                index=self._target,
+                query={"bool": {"filter": [{"exists": {"field": f}} for f in fields.values()]}},
+                sort=[{"id": "asc"}],
+                search_after=after,
+                size=self.bulk_docs,
+                source=["title", "body", "tags", *fields.values()],
+                track_total_hits=False,
+            )["hits"]["hits"]
+            if not page:
+                break
+            after = page[-1]["sort"]
+            questions = [_question(hit["_id"], hit["_source"]) for hit in page]
+            blocks = {
+                field: np.array([hit["_source"].get(field) for hit in page], np.float32)
+                for field in fields.values()
+            }
+            new = encode(questions)
+            for fp, field in added.items():
+                blocks[field] = np.asarray(new[fp], dtype=np.float32)
+                if blocks[field].shape != (len(page), self._dims[field]):
+                    raise BackendError(
+                        f"model {fp[:12]} gave vectors of shape {blocks[field].shape} for "
+                        f"{len(page)} questions; the index holds {self._dims[field]} dimensions"
+                    )
+            self._index(questions, blocks, "given the new models' vectors")
+            encoded += len(page)
+        self._client.indices.refresh(index=self._target)
+        more = [*self._meta.get("more_models", []), *(dict(m) for m in models)]
+        self.set_metadata({"more_models": more, "format": NEWEST_FORMAT})
+        return encoded
 
     @_guarded
     def delete(self, ids: Sequence[str]) -> None:
@@ -372,39 +525,75 @@ class EsBackend(Backend):
             return []
         return self._hits(self._ranked(query, k))
 
-    @_guarded
+    def candidates(
+        self,
+        text: str,
+        k: int,
+        only_ids: Sequence[str] | None = None,
+        query_vector: np.ndarray | dict | None = None,
+    ) -> Candidates:
+        """As :meth:`Backend.candidates`; ``query_vector`` may be ``{fingerprint: vector}``
+        (an index of several models): one request gives every model's cosines."""
+        if not isinstance(query_vector, dict):
+            return super().candidates(text, k, only_ids, query_vector)
+        hits, cosines, has_vector = self._search_cosines(text, k, query_vector, only_ids)
+        first = next(iter(cosines.values()), np.zeros(0, np.float32))
+        return Candidates(hits, first, has_vector, cosines)
+
     def search_with_cosine(
         self, text: str, k: int, query_vector, only_ids: Sequence[str] | None = None
     ) -> tuple[list[Hit], np.ndarray, np.ndarray]:
         """One request: the BM25 top-``k`` with each hit's cosine computed inside the cluster
         (a script field), so no vector leaves it; qres fuses the two scores as it does for
         the embedded backend."""
+        hits, cosines, has_vector = self._search_cosines(text, k, {None: query_vector}, only_ids)
+        return hits, cosines[None], has_vector
+
+    @_guarded
+    def _search_cosines(
+        self, text: str, k: int, queries: dict, only_ids: Sequence[str] | None
+    ) -> tuple[list[Hit], dict, np.ndarray]:
+        """The BM25 top-``k`` and, by one script field per model, each hit's cosine to each
+        of ``queries`` ({fingerprint: query vector}; None: the first model); a hit has a
+        vector when it has every model's."""
         query = self._bm25(text, only_ids)
         if query is None or k <= 0 or (only_ids is not None and not only_ids):
-            return [], np.zeros(0, np.float32), np.zeros(0, bool)
-        answer = self._ranked(
-            query, k, script_fields={"cosine": cosine_field(self._query_vector(query_vector))}
-        )
+            return [], {fp: np.zeros(0, np.float32) for fp in queries}, np.zeros(0, bool)
+        fields = {fp: self._field_of(fp) for fp in queries}
+        names = {fp: "cosine" + field[len(VECTOR_FIELD) :] for fp, field in fields.items()}
+        script_fields = {
+            names[fp]: cosine_field(self._query_vector(vector, fields[fp]), fields[fp])
+            for fp, vector in queries.items()
+        }
+        answer = self._ranked(query, k, script_fields=script_fields)
         hits = self._hits(answer)
-        cosine = np.zeros(len(hits), np.float32)
-        has_vector = np.zeros(len(hits), bool)
+        cosines = {fp: np.zeros(len(hits), np.float32) for fp in queries}
+        has_vector = np.ones(len(hits), bool)
         for row, hit in enumerate(answer["hits"]["hits"]):
-            values = (hit.get("fields") or {}).get("cosine") or [None]
-            if values[0] is not None:
-                cosine[row], has_vector[row] = values[0], True
-        return hits, cosine, has_vector
+            values = hit.get("fields") or {}
+            for fp, name in names.items():
+                value = (values.get(name) or [None])[0]
+                if value is None:
+                    has_vector[row] = False
+                else:
+                    cosines[fp][row] = value
+        return hits, cosines, has_vector
 
-    def _query_vector(self, query_vector) -> list[float]:
+    def _query_vector(self, query_vector, field: str = VECTOR_FIELD) -> list[float]:
         vector = np.asarray(query_vector, dtype=np.float32).ravel()
-        if self._vector_dim is None:
+        dims = self._dims.get(field)
+        if dims is None:
             raise BackendError(
-                f"index {self.alias!r} at {self.config.safe_url} holds no vectors: index it "
-                "with `qres --backend elasticsearch index CORPUS --model MODEL_DIR`"
+                f"index {self.alias!r} at {self.config.safe_url} holds no vectors"
+                + (f" in {field}" if field != VECTOR_FIELD else "")
+                + ": index it with `qres --backend elasticsearch index CORPUS --model MODEL_DIR`"
             )
-        if len(vector) != self._vector_dim:
+        if len(vector) != dims:
             raise BackendError(
                 f"the query vector has {len(vector)} dimensions but {self.alias!r} holds "
-                f"{self._vector_dim}-dimensional vectors: use the model the index was built with"
+                f"{dims}-dimensional vectors"
+                + (f" in {field}" if field != VECTOR_FIELD else "")
+                + ": use the model the index was built with"
             )
         return vector.tolist()
 
@@ -506,22 +695,24 @@ class EsBackend(Backend):
 
     @_guarded
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
-        out = {}
-        for qid, source in self._sources(ids, ["title", "body", "tags"]).items():
-            tags = source.get("tags") or ()
-            tags = (tags,) if isinstance(tags, str) else tuple(tags)
-            out[qid] = Question(qid, source.get("title", ""), source.get("body", ""), tags)
-        return out
+        sources = self._sources(ids, ["title", "body", "tags"])
+        return {qid: _question(qid, source) for qid, source in sources.items()}
 
     @_guarded
-    def vectors(self, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        if self._vector_dim is None:
+    def vectors(
+        self, ids: Sequence[str], model: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`Backend.vectors`; ``model``: the fingerprint of the model whose vectors
+        to read, in an index of several (default: the first)."""
+        field = self._field_of(model)
+        dims = self._dims.get(field)
+        if dims is None:
             return np.zeros((len(ids), 0), np.float32), np.zeros(len(ids), bool)
-        out = np.zeros((len(ids), self._vector_dim), np.float32)
+        out = np.zeros((len(ids), dims), np.float32)
         have = np.zeros(len(ids), bool)
-        sources = self._sources(ids, ["vector"])
+        sources = self._sources(ids, [field])
         for row, qid in enumerate(ids):
-            vector = sources.get(qid, {}).get("vector")
+            vector = sources.get(qid, {}).get(field)
             if vector is not None:
                 out[row] = vector
                 have[row] = True
@@ -542,6 +733,7 @@ class EsBackend(Backend):
         meta = self.metadata()
         meta.update(values)
         self._client.indices.put_mapping(index=self._target, meta=meta)
+        self._meta = meta
 
     # -- search analytics and information ------------------------------------------------------
 
@@ -587,6 +779,7 @@ class EsBackend(Backend):
             "analyzer": self._analyzer,
             "title_boost": self._title_boost,
             "vector_dim": self._vector_dim,
+            "vector_fields": dict(self._dims),
             "search_log_index": self.log_index,
         }
 
@@ -611,6 +804,12 @@ class EsBackend(Backend):
                 self.close()
                 raise
         self.close()
+
+
+def _question(qid: str, source: dict) -> Question:
+    tags = source.get("tags") or ()
+    tags = (tags,) if isinstance(tags, str) else tuple(tags)
+    return Question(qid, source.get("title", ""), source.get("body", ""), tags)
 
 
 def _bulk_reason(info: dict) -> str:

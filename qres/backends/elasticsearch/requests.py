@@ -22,13 +22,29 @@ _MAX_QUERY_TERMS = 1024  # a 10 kB query is still searched, by its first 1024 di
 RESCORE_SCRIPT = (
     "doc['vector'].size() == 0 ? 0.0 : cosineSimilarity(params.query_vector, 'vector') + 1.0"
 )
-# Painless (fields API, any script context): a hit's cosine, null when it has no vector.
-COSINE_SCRIPT = (
-    "def v = field('vector').get(); "
-    "return v.isEmpty() ? null : v.cosineSimilarity(params.query_vector);"
-)
-# 2: title and body indexed as the terms qres.text computes (1: analysed by Elasticsearch).
+VECTOR_FIELD = "vector"  # the first model's vectors; a further model's: vector_<fingerprint16>
+
+
+def cosine_source(field: str = VECTOR_FIELD) -> str:
+    """Painless (fields API, any script context): a hit's cosine with ``params.query_vector``
+    over the vector field ``field``, null when the hit has no vector there."""
+    return (
+        f"def v = field('{field}').get(); "
+        "return v.isEmpty() ? null : v.cosineSimilarity(params.query_vector);"
+    )
+
+
+COSINE_SCRIPT = cosine_source()
+# 2: title and body indexed as the terms qres.text computes (1: analysed by Elasticsearch);
+# 3: as 2, with a vector field per model (``more_models`` in the metadata).
 INDEX_FORMAT = 2
+NEWEST_FORMAT = 3
+
+
+def vector_field(fingerprint: str | None, first: bool) -> str:
+    """The field holding a model's vectors: ``vector`` for the index's first model, as a
+    one-model index has it, ``vector_<first 16 hex of the fingerprint>`` for the others."""
+    return VECTOR_FIELD if first else f"{VECTOR_FIELD}_{fingerprint[:16]}"
 
 
 def load_es_config(name: str) -> dict:
@@ -150,9 +166,10 @@ def bm25_query(
     return query
 
 
-def cosine_field(query_vector: list[float]) -> dict:
-    """A ``script_fields`` entry: each hit's cosine with ``query_vector``, null without a vector."""
-    return {"script": {"source": COSINE_SCRIPT, "params": {"query_vector": query_vector}}}
+def cosine_field(query_vector: list[float], field: str = VECTOR_FIELD) -> dict:
+    """A ``script_fields`` entry: each hit's cosine with ``query_vector`` over the vector
+    field ``field``, null where the hit has no vector there."""
+    return {"script": {"source": cosine_source(field), "params": {"query_vector": query_vector}}}
 
 
 def search_log_document(record: dict, backend: str, index: str) -> dict:
