@@ -191,8 +191,8 @@ def _progress() -> Progress:
     type=click.Path(file_okay=False, path_type=Path),
     multiple=True,
     help="Model directory from `qres export-onnx`: store each question's dense vector. "
-    "Repeatable (embedded backend): one vector per model; a model new to the index is "
-    "first computed for the questions it holds (only that model's vectors).",
+    "Repeatable: one vector per model; a model new to the index is first computed for "
+    "the questions it holds (only that model's vectors).",
 )
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
 @click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")

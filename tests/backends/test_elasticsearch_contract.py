@@ -101,3 +101,35 @@ def test_bm25_and_cosine_match_the_embedded_backend(make_backend, semeval_questi
         for qid in cos_es.keys() & cos_emb.keys():
             assert cos_es[qid] == pytest.approx(cos_emb[qid], abs=1e-5)
     embedded.close()
+
+
+def test_two_models_rank_as_on_the_embedded_backend(make_backend, semeval_questions, tmp_path):
+    """An index of two models built by qres index on the cluster and on the embedded backend:
+    the hybrid over both cosines gives the same fused scores (BM25 divided by the top score,
+    so Lucene's constant (k1 + 1) factor cancels) and the same per-model cosines."""
+    from qres.backends.embedded import EmbeddedBackend
+    from qres.encoder import Encoder
+    from qres.fusion import Fusion
+    from qres.indexing import index_questions
+    from qres.search import SearchPipeline
+    from tests.safety_helpers import write_model
+
+    a = Encoder.load(write_model(tmp_path / "a", dim=16, seed=0))
+    b = Encoder.load(write_model(tmp_path / "b", dim=8, seed=1))
+    questions = semeval_questions[:400]
+    es = make_backend("models")
+    embedded = EmbeddedBackend(tmp_path / "index", create=True, vector_dtype="float32")
+    for backend in (es, embedded):
+        index_questions(backend, questions, encoder=[a, b], workers=0)
+    assert es.metadata()["more_models"][0]["model_fingerprint"] == b.fingerprint
+    fusion = Fusion.equal([a.fingerprint, b.fingerprint])
+    for question in questions[:40]:
+        got = SearchPipeline(es, [a, b], fusion).search(question.title, 10, "hybrid")
+        want = SearchPipeline(embedded, [a, b], fusion).search(question.title, 10, "hybrid")
+        ours = {r.id: r for r in want}
+        common = [r for r in got if r.id in ours]
+        assert len(common) >= min(8, len(want)), question.id
+        for r in common:
+            assert r.score == pytest.approx(ours[r.id].score, abs=0.01), (question.id, r.id)
+            assert r.cosines == pytest.approx(ours[r.id].cosines, abs=1e-5)
+    embedded.close()
