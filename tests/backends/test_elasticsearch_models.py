@@ -404,3 +404,17 @@ def test_index_questions_with_two_models_writes_both_on_elasticsearch(tmp_path):
     np.testing.assert_allclose([s[FIELD_B] for s in sources], b.encode_questions(QUESTIONS))
     np.testing.assert_allclose([s["vector"] for s in sources], a.encode_questions(QUESTIONS))
     backend.close()
+
+
+def test_info_lists_every_vector_field_and_the_metadata_every_model(cluster):
+    versions = {"indices": [{"name": "qres-questions-v1", "aliases": ["qres-questions"]}]}
+    cluster.on("GET", "/_resolve/index/qres-questions-v\\*", versions)
+    alias = {"aliases": [{"name": "qres-questions", "indices": ["qres-questions-v1"]}]}
+    cluster.on("GET", "/_resolve/index/qres-questions", alias)
+    cluster.on("POST", "/qres-questions/_count", {"count": 3})
+    backend = cluster.backend()
+    info = backend.describe()
+    assert info["vector_fields"] == {"vector": 4, FIELD_B: 3}
+    assert info["vector_dim"] == 4
+    assert backend.metadata()["more_models"] == [MODEL_B]
+    backend.close()
