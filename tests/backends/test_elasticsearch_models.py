@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from qres.backends.base import Backend, BackendError, Candidates, Hit
+from qres.backends.base import Backend, BackendError, Candidates, Hit, IndexFormatError
 from qres.backends.elasticsearch.requests import COSINE_SCRIPT, cosine_source
 from qres.fusion import Fusion
 from qres.search import SearchPipeline
@@ -262,7 +262,7 @@ def test_vectors_of_a_further_model_are_read_from_its_field(cluster):
 def test_an_index_of_a_newer_format_is_refused():
     c = FakeCluster()
     on_mapping(c, two_model_mapping(meta={**META, "format": 4}))
-    with pytest.raises(BackendError, match="made by a newer qres \\(index format 4\\)"):
+    with pytest.raises(IndexFormatError, match="made by a newer qres \\(index format 4\\)"):
         c.backend()
 
 

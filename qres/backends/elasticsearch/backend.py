@@ -31,7 +31,14 @@ import numpy as np
 from elastic_transport import ApiError as TransportApiError
 from elasticsearch import NotFoundError, helpers
 
-from qres.backends.base import Backend, BackendError, Candidates, Hit, index_models
+from qres.backends.base import (
+    Backend,
+    BackendError,
+    Candidates,
+    Hit,
+    IndexFormatError,
+    index_models,
+)
 from qres.backends.elasticsearch.config import EsConfig, load_config, make_client
 from qres.backends.elasticsearch.errors import (
     _describe_error,
@@ -149,7 +156,7 @@ class EsBackend(Backend):
             )
         meta = mappings.get("_meta", {})
         if int(meta.get("format", 1)) > NEWEST_FORMAT:
-            raise BackendError(
+            raise IndexFormatError(
                 f"{self.alias!r} at {self.config.safe_url} was made by a newer qres (index "
                 f"format {meta['format']}): upgrade qres to use it"
             )
