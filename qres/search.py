@@ -14,8 +14,9 @@ was indexed with) and that model's fusion weights.
 
 An index of several models (``qres index --model A --model B``) is searched with all of
 them: the query is encoded by each, every candidate gets one cosine per model, and the
-fusion (``--fusion FILE``, see :mod:`qres.fusion`; equal weights without one) combines BM25
-with every cosine. Dense mode ranks by the mean of the cosines.
+fusion (``--fusion FILE``, see :mod:`qres.fusion`; without one, the shipped fusion of
+:mod:`qres.model_set` when the index holds exactly that set, else equal weights) combines
+BM25 with every cosine. Dense mode ranks by the mean of the cosines.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 from qres.backends.base import Backend, BackendError, index_models
 from qres.fusion import DEFAULT, Fusion, normalize_bm25
+from qres.model_set import shipped_fusion_for
 
 MODES = ("bm25", "dense", "hybrid")
 DEFAULT_CANDIDATES = 100
@@ -203,7 +205,7 @@ class SearchPipeline:
                 ) from None
             encoders[m["model_fingerprint"]] = encoder
         if fusion_file is None:
-            fusion = Fusion.equal(list(encoders))
+            fusion = shipped_fusion_for(list(encoders)) or Fusion.equal(list(encoders))
         else:
             fusion = Fusion.read(fusion_file)
             if sorted(fusion.models or []) != sorted(encoders):

@@ -55,6 +55,15 @@ def test_vectors_match_sentence_transformers_on_1_7_and_256_tokens(imported):
     assert card["export"]["parity_max_abs_error"] <= 1e-4
 
 
+def test_the_packaged_minilm_converts_to_the_model_the_shipped_fusion_was_fitted_for(imported):
+    """`qres import-encoder default` builds MiniLM exactly so: with the pinned torch the ONNX
+    graph is byte-identical, so the default set's shipped fusion applies to it."""
+    from qres import model_set
+
+    _, card, _ = imported
+    assert card["fingerprint"] == model_set.expected_fingerprints()["minilm"]
+
+
 def test_a_question_is_its_title_and_body_as_one_text(imported):
     out, _, reference = imported
     encoder = Encoder.load(out, providers=["CPUExecutionProvider"])

