@@ -376,7 +376,7 @@ def _load_encoder(model_dir: Path, device: str | None = None):
     type=click.Path(dir_okay=False, path_type=Path),
     help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
     "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
-    "weights for an index of several models].",
+    "weights for an index of several models; the shipped one for the default model set].",
 )
 @click.option(
     "--candidates",
@@ -531,7 +531,8 @@ def _dataset_options(command):
     "--fusion",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Fusion file of BM25 and the models' cosines (`qres tune-fusion --cv K --model A "
-    "--model B --out FILE`) [default: the model's fusion.json; equal weights for several].",
+    "--model B --out FILE`) [default: the model's fusion.json; for several, the shipped "
+    "fusion of the default model set, else equal weights].",
 )
 @click.option(
     "--data-dir",
@@ -1078,7 +1079,7 @@ def compact(obj: Context):
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
     "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
-    "weights for an index of several models].",
+    "weights for an index of several models; the shipped one for the default model set].",
 )
 @click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
 @click.option(
