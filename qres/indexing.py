@@ -37,9 +37,9 @@ from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus import Question, read_corpus
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
-# Questions per batch. The encoder sorts a batch by length before cutting it into runs of
-# 256 (CPU) or running it whole (CUDA), so large batches waste little on padding: 2048
-# encoded 1.6-1.9x faster than batches of 256 on the GRU (2 cores).
+# Questions per batch. The encoder sorts a batch by length before cutting it into runs
+# (CPU: Encoder.BULK_RUN sequences, side by side on the cores) or running it whole (CUDA),
+# so large batches waste little on padding.
 CPU_BATCH, GPU_BATCH = 2048, 4096
 
 
@@ -122,9 +122,8 @@ def index_questions(
         if isinstance(batch, Future):
             batch = batch.result()
         if encoders:
-            size = len(batch.questions) if on_gpu else 256
             vectors = {
-                e.fingerprint: e.encode_tokens(tokens, size)
+                e.fingerprint: e.encode_tokens(tokens, len(tokens) if on_gpu else e.BULK_RUN)
                 for e, tokens in zip(encoders, batch.tokens, strict=True)
             }
             # one model: a plain array, as every backend takes it
