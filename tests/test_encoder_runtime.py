@@ -87,7 +87,8 @@ def test_sessions_use_the_configured_threads_and_do_not_spin():
     questions = [Question(str(i), f"question {i} about wifi", "body") for i in range(20)]
     bulk_vectors = encoder.encode_questions(questions)
     bulk = encoder._bulk["title"].get_session_options()
-    assert bulk.intra_op_num_threads == 2
+    # a GRU's bulk threads are one-thread runs side by side, not threads inside one run
+    assert bulk.intra_op_num_threads == 1 and encoder._parallel == 2
     assert bulk.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     # Both sessions run the same graph: the same vectors either way.
     small = np.stack([encoder.encode_questions([q])[0] for q in questions[:3]])
@@ -107,3 +108,42 @@ def test_info_names_the_providers_and_why_not(run):
     assert payload["onnx_providers"][CPU] == "usable"
     assert CUDA in payload["onnx_providers"]
     assert payload["device"] == "cpu"
+
+
+def plain_encode(question: Question) -> np.ndarray:
+    """A question's vector the plainest way: one default onnxruntime session, each field run
+    alone (no batch, no padding), the non-empty fields' vectors averaged and normalised."""
+    import onnxruntime
+
+    from qres.vocab import Vocab
+
+    session = onnxruntime.InferenceSession(str(MODEL / "model.onnx"), providers=[CPU])
+    card = enc.read_card(MODEL / "model.json")
+    title, body = Vocab.load(MODEL / "vocab.txt").encode_question(
+        question.title, question.body, card["max_title_tokens"], card["max_body_tokens"]
+    )
+    fields = [
+        session.run(
+            ["vector"], {"token_ids": np.array([ids]), "mask": np.ones((1, len(ids)), np.float32)}
+        )[0][0]
+        for ids in (title, body)
+        if ids
+    ]
+    total = np.sum(fields, axis=0)
+    return total / np.linalg.norm(total)
+
+
+def test_bulk_runs_side_by_side_give_the_vectors_of_a_plain_encode():
+    from qres.corpus import read_corpus
+
+    questions = list(read_corpus(MODEL.parents[1] / "data" / "demo" / "questions.tsv"))
+    questions[7] = Question("no-body", "wifi drops after resume", "")
+    questions[8] = Question("no-title", "", "the screen stays black after login")
+    want = np.stack([plain_encode(q) for q in questions])
+    for threads in (1, 3):
+        encoder = Encoder.load(MODEL, runtime=Runtime("cpu", bulk_threads=threads))
+        # runs of 7 sequences of mixed lengths, 3 at a time with 3 threads
+        got = encoder.encode_questions(questions, batch_size=7)
+        assert encoder._parallel == threads
+        np.testing.assert_allclose(got, want, atol=2e-6)
+        np.testing.assert_allclose(encoder.encode_questions(questions), want, atol=2e-6)

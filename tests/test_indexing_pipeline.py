@@ -146,3 +146,16 @@ def test_killed_during_indexing_keeps_the_commits_and_a_rerun_completes(tmp_path
     index_questions(backend, rerun, batch_size=500, workers=0)  # completes it
     assert backend.count() == 5000
     backend.close()
+
+
+def test_the_pipelines_vectors_are_those_of_a_plain_encode(tmp_path):
+    from tests.test_encoder_runtime import plain_encode
+
+    questions = list(read_corpus(DEMO))
+    backend = EmbeddedBackend(tmp_path / "index", create=True, vector_dtype="float32")
+    encoder = Encoder.load(REPO / "qres" / "models" / "default")
+    index_questions(backend, questions, encoder, batch_size=100, workers=0)
+    stored, has = backend.vectors([q.id for q in questions])
+    backend.close()
+    assert has.all()
+    np.testing.assert_allclose(stored, np.stack([plain_encode(q) for q in questions]), atol=2e-6)
