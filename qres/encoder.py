@@ -325,9 +325,7 @@ class Encoder:
         query_providers = runtime.providers(ort, bulk=False)
         bulk_providers = runtime.providers(ort, bulk=True)
         query = sessions(query_providers, runtime.query_threads)
-        return kind(
-            model_dir, card, vocab, query, make_bulk=lambda: bulk_sessions(bulk_providers)
-        )
+        return kind(model_dir, card, vocab, query, make_bulk=lambda: bulk_sessions(bulk_providers))
 
     @staticmethod
     def load_vocab(model_dir: Path, card: dict):
