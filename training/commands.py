@@ -213,9 +213,18 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     show_default=True,
     help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...",
 )
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="bf16 or fp16: mixed precision (autocast) on a CUDA device; the CPU trains in fp32.",
+)
 def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
     """Train a question encoder with the max-margin loss, early-stopped on dev MAP."""
     _import_training()
+    if options["precision"] != "fp32" and options["encoder"] in ("transformer", "bowcnn"):
+        _fail(f"--precision {options['precision']}: for the rcnn, gru, lstm, cnn, bigru encoders")
     if options["encoder"] == "transformer":
         _finetune_transformer(out_dir, base, options)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import torch
 
@@ -40,6 +41,7 @@ class TrainConfig:
     early_stop: str = "MAP"  # or "MRR"
     seed: int = 0
     device: str = "auto"
+    precision: str = "fp32"  # bf16 | fp16: mixed precision on CUDA (see mixed_precision)
     title_max: int = TITLE_MAX_TOKENS
     body_max: int = BODY_MAX_TOKENS
     # Encoder-decoder pre-training (Lei et al. 2016, Sec. 4.2): epochs before fine-tuning.
@@ -62,6 +64,32 @@ class TrainConfig:
     def from_dict(cls, values: dict) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class MixedPrecision(NamedTuple):
+    """Autocast to ``dtype`` on ``device_type``; ``scaler`` scales the loss (fp16 only: its
+    small range underflows gradients, bf16's does not)."""
+
+    device_type: str
+    dtype: torch.dtype
+    scaler: torch.amp.GradScaler
+
+
+def mixed_precision(precision: str, device: torch.device) -> MixedPrecision | None:
+    """How a run trains on ``device``: None (fp32, always on the CPU) or mixed precision."""
+    if precision not in PRECISIONS:
+        raise TrainError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
+    if precision == "fp32":
+        return None
+    if device.type != "cuda":
+        raise TrainError(f"precision {precision} needs a CUDA device; the CPU trains in fp32")
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        raise TrainError("this GPU has no bf16: use --precision fp16")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return MixedPrecision("cuda", dtype, torch.amp.GradScaler("cuda", enabled=precision == "fp16"))
 
 
 def resolve_device(name: str) -> torch.device:

@@ -6,6 +6,7 @@ top of the shared run directory (``qres.training.rundir``) and epoch loop
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,13 @@ from qres.training.adapt import (
     target_auc,
 )
 from qres.training.bowcnn import fit_bowcnn
-from qres.training.config import TrainConfig, TrainError, resolve_device
+from qres.training.config import (
+    MixedPrecision,
+    TrainConfig,
+    TrainError,
+    mixed_precision,
+    resolve_device,
+)
 from qres.training.data import (
     HardNegatives,
     TokenizedQuestions,
@@ -93,9 +100,37 @@ def _extras(config: TrainConfig, data: TrainingData, target, vocab, encoder_conf
 
 
 def train_step(
-    model, optimizer, batch, tokenized, device, config: TrainConfig, extras=None, rng=None
+    model,
+    optimizer,
+    batch,
+    tokenized,
+    device,
+    config: TrainConfig,
+    extras=None,
+    rng=None,
+    amp: MixedPrecision | None = None,
 ) -> dict[str, float]:
-    """One optimiser step; the losses (and the domain classifier's accuracy) of the batch."""
+    """One optimiser step; the losses (and the domain classifier's accuracy) of the batch.
+    With ``amp`` the forward pass and losses run under autocast."""
+    autocast = torch.autocast(amp.device_type, amp.dtype) if amp else contextlib.nullcontext()
+    with autocast:
+        loss, out = _losses(model, batch, tokenized, device, config, extras, rng)
+    optimizer.zero_grad()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if amp is None:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+        optimizer.step()
+        return out
+    amp.scaler.scale(loss).backward()
+    amp.scaler.unscale_(optimizer)  # clip the true gradients
+    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    amp.scaler.step(optimizer)  # skipped when fp16 gradients overflowed
+    amp.scaler.update()
+    return out
+
+
+def _losses(model, batch, tokenized, device, config: TrainConfig, extras, rng):
     ids = list(dict.fromkeys(i for e in batch for i in (e.query, e.positive, *e.negatives)))
     row = {qid: n for n, qid in enumerate(ids)}
     vectors = model(*tokenized.batch(ids, device))
@@ -116,12 +151,7 @@ def train_step(
         )
         loss = loss + domain_loss  # the reversal layer scales the encoder's share by -λ
         out["domain_loss"], out["domain_accuracy"] = domain_loss.item(), 100 * accuracy
-    optimizer.zero_grad()
-    loss.backward()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-    optimizer.step()
-    return out
+    return loss, out
 
 
 def _sample_ids(ids: list[str], k: int, rng: np.random.Generator) -> list[str]:
@@ -180,6 +210,7 @@ def train(
     if config.encoder == "bowcnn":
         return fit_bowcnn(config, out_dir, run, data, console, show_progress, hard_negatives)
     device = resolve_device(config.device)
+    amp = mixed_precision(config.precision, device)
     data = data or load_dataset(config.dataset, config.data_dir)
     target = load_target(config.adapt_to) if config.adapt_to else None
     if resume:
@@ -229,7 +260,7 @@ def train(
         data,
         out_dir,
         step=lambda batch, rng: train_step(
-            model, optimizer, batch, tokenized, device, config, extras, rng
+            model, optimizer, batch, tokenized, device, config, extras, rng, amp
         ),
         score_dev=lambda: evaluate(
             data.dev, data.questions, encode, data.skip_dev_without_relevant

@@ -213,3 +213,45 @@ def test_semeval2016_training_data_from_shared_data():
         assert len(e.negatives) == 20
         assert set(query.negatives) <= set(e.negatives)  # its Irrelevant candidates, all 10 fit
         assert not set(e.negatives) & set(query.positives)
+
+
+def test_mixed_precision_needs_cuda_and_the_cpu_stays_in_fp32(tmp_path):
+    with pytest.raises(TrainError, match="precision bf16 needs a CUDA device"):
+        train(tiny_config(precision="bf16", device="cpu"), tmp_path / "a", show_progress=False)
+    with pytest.raises(TrainError, match="unknown precision 'fp8'"):
+        train(tiny_config(precision="fp8", device="cpu"), tmp_path / "b", show_progress=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_mixed_precision_steps_run_under_autocast_and_still_learn(tmp_path, monkeypatch, dtype):
+    """The CUDA path, run on the CPU: autocast to ``dtype`` (fp16 with loss scaling)."""
+    from qres.training import train as train_module
+    from qres.training.config import MixedPrecision
+
+    class CountingScaler(torch.amp.GradScaler):
+        steps = 0
+
+        def step(self, optimizer, *args, **kwargs):
+            CountingScaler.steps += 1
+            return super().step(optimizer, *args, **kwargs)
+
+    scaler = CountingScaler("cpu", enabled=dtype == torch.float16)
+    monkeypatch.setattr(
+        train_module, "mixed_precision", lambda p, d: MixedPrecision("cpu", dtype, scaler)
+    )
+    used = []
+    real_autocast = torch.autocast
+
+    def recording_autocast(device_type, dtype=None, **kwargs):
+        used.append((device_type, dtype))
+        return real_autocast(device_type, dtype, **kwargs)
+
+    monkeypatch.setattr(torch, "autocast", recording_autocast)
+    config = tiny_config(
+        encoder="cnn", epochs=3, patience=20, negatives=4, batch_size=4, lr=1e-2, precision="bf16"
+    )
+    run = train(config, tmp_path / "run", data=toy_data(), show_progress=False)
+    assert used and set(used) == {("cpu", dtype)}
+    assert run["history"][-1]["loss"] < run["history"][0]["loss"]
+    assert run["dev_metrics"]["MAP"] == pytest.approx(100.0)
+    assert CountingScaler.steps == len(used)  # every step went through the scaler
