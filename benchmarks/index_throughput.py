@@ -8,13 +8,17 @@ encode (onnxruntime on pre-tokenised batches), analyse (BM25 terms) and write (t
 the vector file, terms and vectors given) — and finally the whole pipeline as ``qres
 index`` runs it (:func:`qres.indexing.index_questions`), stages overlapping, right after the
 same work done one stage after another in one thread. The stage figures say which stage
-bounds the end-to-end rate on this machine.
+bounds the end-to-end rate on this machine. Each figure also gives the process's CPU time
+(all its threads): questions per CPU-second depends far less than wall rates on how many
+cores other jobs leave free, so ``cores / sum(1 / questions_per_cpu_s of each stage)``
+bounds what the pipeline can reach on that many idle cores (``bound_on_idle_cores``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -34,8 +38,21 @@ from qres.paths import repo_shared_data  # noqa: E402
 from qres.text import bm25_terms  # noqa: E402
 
 
-def rate(n: int, seconds: float) -> dict:
-    return {"seconds": round(seconds, 2), "questions_per_s": round(n / max(seconds, 1e-9), 1)}
+class Timer:
+    """Wall and CPU time (every thread of this process) since it was made."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def rate(self, n: int) -> dict:
+        wall = time.perf_counter() - self.wall
+        cpu = time.process_time() - self.cpu
+        return {
+            "seconds": round(wall, 2),
+            "questions_per_s": round(n / max(wall, 1e-9), 1),
+            "cpu_seconds": round(cpu, 2),
+            "questions_per_cpu_s": round(n / max(cpu, 1e-9), 1),
+        }
 
 
 def main() -> None:
@@ -55,48 +72,48 @@ def main() -> None:
             f.write(f"{q.id}\t{q.title}\t{q.body}\n")
 
     stages = {}
-    start = time.perf_counter()
+    timer = Timer()
     questions = list(read_corpus(corpus))
-    stages["read"] = rate(len(questions), time.perf_counter() - start)
+    stages["read"] = timer.rate(len(questions))
 
     encoder = vectors = None
     if args.model:
         from qres.encoder import Encoder
 
         encoder = Encoder.load(args.model)
-        start = time.perf_counter()
+        timer = Timer()
         tokens = encoder.tokenize(questions)
-        stages["tokenise"] = rate(len(questions), time.perf_counter() - start)
-        start = time.perf_counter()
+        stages["tokenise"] = timer.rate(len(questions))
+        timer = Timer()
         vectors = np.concatenate(
             [
                 encoder.encode_tokens(tokens[i : i + args.batch_size])
                 for i in range(0, len(tokens), args.batch_size)
             ]
         )
-        stages["encode"] = rate(len(questions), time.perf_counter() - start)
+        stages["encode"] = timer.rate(len(questions))
         del tokens
 
     backend = EmbeddedBackend(workdir / "stages", create=True)
-    start = time.perf_counter()
+    timer = Timer()
     terms = [
         (bm25_terms(q.title, backend.analyzer), bm25_terms(q.body, backend.analyzer))
         for q in questions
     ]
-    stages["analyse"] = rate(len(questions), time.perf_counter() - start)
-    start = time.perf_counter()
+    stages["analyse"] = timer.rate(len(questions))
+    timer = Timer()
     for i in range(0, len(questions), args.batch_size):
         rows = slice(i, i + args.batch_size)
         backend.upsert(questions[rows], None if vectors is None else vectors[rows], terms[rows])
     backend.commit()
-    stages["write"] = rate(len(questions), time.perf_counter() - start)
+    stages["write"] = timer.rate(len(questions))
     backend.close()
     del questions, terms, vectors
 
     # The same work with the stages one after another in one thread (how qres indexed before
     # the pipeline), then the pipeline: their ratio is the overlap gained on this machine.
     backend = EmbeddedBackend(workdir / "sequential", create=True)
-    start = time.perf_counter()
+    timer = Timer()
     batch: list = []
     for question in read_corpus(corpus):
         batch.append(question)
@@ -105,15 +122,15 @@ def main() -> None:
             batch = []
     backend.upsert(batch, encoder.encode_questions(batch) if encoder and batch else None)
     backend.commit()
-    sequential = rate(backend.count(), time.perf_counter() - start)
+    sequential = timer.rate(backend.count())
     backend.close()
 
     backend = EmbeddedBackend(workdir / "pipeline", create=True)
-    start = time.perf_counter()
+    timer = Timer()
     report = index_questions(
         backend, read_corpus(corpus), encoder, batch_size=args.batch_size, workers=args.workers
     )
-    end_to_end = rate(report.indexed, time.perf_counter() - start)
+    end_to_end = timer.rate(report.indexed)
     backend.close()
     print(
         json.dumps(
@@ -128,6 +145,11 @@ def main() -> None:
                 "stages_alone": stages,
                 "sequential_end_to_end": sequential,
                 "end_to_end": end_to_end,
+                "bound_on_idle_cores": round(
+                    (os.cpu_count() or 1)
+                    / sum(1 / stage["questions_per_cpu_s"] for stage in stages.values()),
+                    1,
+                ),
                 "pipeline_over_sequential": round(
                     end_to_end["questions_per_s"] / sequential["questions_per_s"], 2
                 ),
