@@ -314,18 +314,28 @@ class Encoder:
             graphs = card["graphs"]
             return {"title": built[graphs["title"]], "body": built[graphs["body"]]}
 
-        def bulk_sessions(chosen: list[str]) -> tuple[dict, int]:
-            """Sessions for bulk work and how many runs go at once on them."""
+        def bulk_plan(chosen: list[str]) -> tuple[int, int]:
+            """(intra-op threads, runs at once) of bulk work on ``chosen`` providers."""
             if kind.PARALLEL_RUNS and CUDA not in chosen:
-                return sessions(chosen, 1), bulk_threads
-            return sessions(chosen, bulk_threads), 1
+                return 1, bulk_threads
+            return bulk_threads, 1
 
         if providers:
-            return kind(model_dir, card, vocab, *bulk_sessions(list(providers)))
+            threads, parallel = bulk_plan(list(providers))
+            return kind(model_dir, card, vocab, sessions(list(providers), threads), parallel)
         query_providers = runtime.providers(ort, bulk=False)
         bulk_providers = runtime.providers(ort, bulk=True)
         query = sessions(query_providers, runtime.query_threads)
-        return kind(model_dir, card, vocab, query, make_bulk=lambda: bulk_sessions(bulk_providers))
+        threads, parallel = bulk_plan(bulk_providers)
+        if bulk_providers == query_providers and threads == runtime.query_threads:
+            return kind(model_dir, card, vocab, query, parallel)  # one set of sessions
+        return kind(
+            model_dir,
+            card,
+            vocab,
+            query,
+            make_bulk=lambda: (sessions(bulk_providers, threads), parallel),
+        )
 
     @staticmethod
     def load_vocab(model_dir: Path, card: dict):

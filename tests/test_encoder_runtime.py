@@ -77,9 +77,9 @@ def test_provider_status_on_this_machine():
 
 
 def test_sessions_use_the_configured_threads_and_do_not_spin():
-    encoder = Encoder.load(MODEL, runtime=Runtime("cpu", query_threads=1, bulk_threads=2))
+    encoder = Encoder.load(MODEL, runtime=Runtime("cpu", query_threads=2, bulk_threads=2))
     query = encoder._sessions["title"].get_session_options()
-    assert query.intra_op_num_threads == 1
+    assert query.intra_op_num_threads == 2
     assert query.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert encoder._bulk is None  # made on first bulk use only
     encoder.encode_query("boot from usb")
@@ -93,6 +93,9 @@ def test_sessions_use_the_configured_threads_and_do_not_spin():
     # Both sessions run the same graph: the same vectors either way.
     small = np.stack([encoder.encode_questions([q])[0] for q in questions[:3]])
     np.testing.assert_allclose(small, bulk_vectors[:3], atol=1e-6)
+    # one-thread queries: the bulk runs use the query sessions, no second set is made
+    shared = Encoder.load(MODEL, runtime=Runtime("cpu", query_threads=1, bulk_threads=2))
+    assert shared._bulk is shared._sessions and shared._parallel == 2
 
 
 def test_spinning_can_be_turned_back_on():
