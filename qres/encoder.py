@@ -238,7 +238,6 @@ class Encoder:
     """
 
     PARALLEL_RUNS = True  # bulk CPU work: one-thread runs side by side (see Runtime)
-    BULK_RUN = CPU_RUN  # sequences per run when indexing on the CPU
 
     def __init__(
         self,
@@ -439,7 +438,6 @@ class TransformerEncoder(Encoder):
     """
 
     PARALLEL_RUNS = False  # not measured for transformers: intra-op threads, as before
-    BULK_RUN = 256
 
     def __init__(
         self, model_dir: Path, card: dict, tokenizer, sessions: dict, parallel=1, make_bulk=None
@@ -465,9 +463,11 @@ class TransformerEncoder(Encoder):
         return partial(_tokenize_text, self.vocab)
 
     def encode_tokens(
-        self, tokens: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int = 64
+        self, tokens: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int | None = None
     ) -> np.ndarray:
-        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output."""
+        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output; ``batch_size``
+        texts per run (default 256, what indexing on the CPU runs)."""
+        batch_size = batch_size or 256
         ids = [t for t, _ in tokens]
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
         session = (self._bulk_sessions() if len(ids) >= SMALL_BATCH else self._sessions)["title"]

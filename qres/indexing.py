@@ -38,7 +38,7 @@ from qres.corpus import Question, read_corpus
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
 # Questions per batch. The encoder sorts a batch by length before cutting it into runs
-# (CPU: Encoder.BULK_RUN sequences, side by side on the cores) or running it whole (CUDA),
+# (CPU: the encoder's default run size, GRU runs side by side) or running it whole (CUDA),
 # so large batches waste little on padding.
 CPU_BATCH, GPU_BATCH = 2048, 4096
 
@@ -123,7 +123,7 @@ def index_questions(
             batch = batch.result()
         if encoders:
             vectors = {
-                e.fingerprint: e.encode_tokens(tokens, len(tokens) if on_gpu else e.BULK_RUN)
+                e.fingerprint: e.encode_tokens(tokens, len(tokens) if on_gpu else None)
                 for e, tokens in zip(encoders, batch.tokens, strict=True)
             }
             # one model: a plain array, as every backend takes it
