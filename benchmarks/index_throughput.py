@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -65,6 +66,14 @@ def main() -> None:
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="qres-throughput-"))
+    try:
+        result = measure(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+def measure(args, workdir: Path) -> dict:
     corpus = workdir / "corpus.tsv"
     with open(corpus, "w", encoding="utf-8") as f:
         f.write("id\ttitle\tbody\n")
@@ -132,31 +141,26 @@ def main() -> None:
     )
     end_to_end = timer.rate(report.indexed)
     backend.close()
-    print(
-        json.dumps(
-            {
-                "benchmark": "index_throughput",
-                "machine": machine(),
-                "corpus": {"questions": args.docs, "kind": "synthetic TSV, SemEval words"},
-                "model": None if encoder is None else encoder.card.get("architecture"),
-                "bulk_providers": None if encoder is None else encoder.providers,
-                "batch_size": args.batch_size,
-                "workers": default_workers() if args.workers is None else args.workers,
-                "stages_alone": stages,
-                "sequential_end_to_end": sequential,
-                "end_to_end": end_to_end,
-                "bound_on_idle_cores": round(
-                    (os.cpu_count() or 1)
-                    / sum(1 / stage["questions_per_cpu_s"] for stage in stages.values()),
-                    1,
-                ),
-                "pipeline_over_sequential": round(
-                    end_to_end["questions_per_s"] / sequential["questions_per_s"], 2
-                ),
-            },
-            indent=2,
-        )
-    )
+    return {
+        "benchmark": "index_throughput",
+        "machine": machine(),
+        "corpus": {"questions": args.docs, "kind": "synthetic TSV, SemEval words"},
+        "model": None if encoder is None else encoder.card.get("architecture"),
+        "bulk_providers": None if encoder is None else encoder.providers,
+        "batch_size": args.batch_size,
+        "workers": default_workers() if args.workers is None else args.workers,
+        "stages_alone": stages,
+        "sequential_end_to_end": sequential,
+        "end_to_end": end_to_end,
+        "bound_on_idle_cores": round(
+            (os.cpu_count() or 1)
+            / sum(1 / stage["questions_per_cpu_s"] for stage in stages.values()),
+            1,
+        ),
+        "pipeline_over_sequential": round(
+            end_to_end["questions_per_s"] / sequential["questions_per_s"], 2
+        ),
+    }
 
 
 if __name__ == "__main__":

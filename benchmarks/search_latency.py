@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -147,6 +148,8 @@ def main() -> None:
         if args.backend == "elasticsearch":
             backend.drop()
         backend.close()
+        if args.index_dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
 
 

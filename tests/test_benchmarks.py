@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,21 +12,26 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "qres" / "models" / "default"
 
 
-def bench(script: str, *args) -> dict:
+def bench(script: str, *args, tmp: Path | None = None) -> dict:
+    """The script's JSON; with ``tmp`` as its temporary directory, which it must leave empty."""
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp else None
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / script), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
+    if tmp:
+        assert not [p for p in tmp.iterdir() if p.name.startswith("qres-")]  # cleaned up
     return json.loads(done.stdout)
 
 
-def test_search_latency_times_qres_beside_bm25s(shared_data):
+def test_search_latency_times_qres_beside_bm25s(shared_data, tmp_path):
     result = bench(
         "search_latency.py", "--docs", 300, "--queries", 60, "--model", MODEL,
-        "--data-dir", shared_data,
+        "--data-dir", shared_data, tmp=tmp_path,
     )  # fmt: skip
     assert set(result["latency"]) == {"bm25", "dense", "hybrid", "bm25s", "bm25s_fields"}
     assert result["qres_bm25_over_bm25s_p50"] > 0
@@ -35,10 +41,11 @@ def test_search_latency_times_qres_beside_bm25s(shared_data):
     assert result["machine"]["cpu_count"] >= 1
 
 
-def test_index_throughput_reports_each_stage(shared_data):
+def test_index_throughput_reports_each_stage(shared_data, tmp_path):
     result = bench(
-        "index_throughput.py", "--docs", 300, "--model", MODEL, "--data-dir", shared_data
-    )
+        "index_throughput.py", "--docs", 300, "--model", MODEL, "--data-dir", shared_data,
+        tmp=tmp_path,
+    )  # fmt: skip
     assert set(result["stages_alone"]) == {"read", "tokenise", "encode", "analyse", "write"}
     assert result["end_to_end"]["questions_per_s"] > 0
     assert result["stages_alone"]["encode"]["questions_per_cpu_s"] > 0
