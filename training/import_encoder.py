@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import platform
 import shutil
@@ -230,9 +231,15 @@ def _quantize_int8(path: Path) -> None:
 
     fp32 = path.with_suffix(".fp32.onnx")
     shutil.move(path, fp32)
+    # The quantiser logs advice ("consider pre-processing") on the root logger, which reached
+    # users as a bare "WARNING:root:" line; the card records what was done instead.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
     try:
         quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
     finally:
+        root.setLevel(level)
         fp32.unlink(missing_ok=True)
 
 
