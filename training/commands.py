@@ -32,6 +32,7 @@ Example:
   qres train --dataset semeval2016 --encoder rcnn --vectors glove50 --out runs/rcnn-semeval
   qres export-onnx runs/rcnn-semeval --out models/rcnn-semeval
   qres search "how do i renew my visa" --model models/rcnn-semeval
+  qres train --encoder gru --teacher models/minilm --unlabelled questions.tsv --out runs/distil
 
 \b
 The run directory keeps run.json (settings, per-epoch dev metrics), vocab.txt,
@@ -200,6 +201,35 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
 )
 @click.option("--gamma", type=float, default=10.0, show_default=True, help="bowcnn: γ of the loss.")
 @click.option(
+    "--teacher",
+    help="Distil: also train the encoder to reproduce the in-batch similarities of this "
+    "model directory (any qres model, e.g. from `qres import-encoder`) on unlabelled "
+    "questions: the training questions and every --unlabelled corpus. The teacher's "
+    "vectors are cached under $QRES_HOME/cache/teacher. Dev is then never read: the "
+    "epoch is chosen on 10% of the train queries, held out.",
+)
+@click.option(
+    "--unlabelled",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help="--teacher: a corpus file (any `qres index` format) of more questions to distil "
+    "on; repeatable.",
+)
+@click.option(
+    "--supervised-weight",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="--teacher: loss = distillation + this × the ranking loss (0: distillation only).",
+)
+@click.option(
+    "--distill-temperature",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="--teacher: temperature of the in-batch cosine softmax of student and teacher.",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -241,6 +271,9 @@ def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
     settings["data_dir"] = str(settings["data_dir"]) if "data_dir" in settings else None
     if "adapt_to" in settings:
         settings["adapt_to"] = str(settings["adapt_to"])
+    settings["unlabelled"] = [str(path) for path in settings["unlabelled"]]
+    if settings["unlabelled"] and "teacher" not in settings:
+        _fail("--unlabelled needs --teacher (the unlabelled questions are only distilled on)")
     try:
         config = TrainConfig(**settings)
         run = run_training(config, out_dir, resume=resume, console=console)
@@ -253,8 +286,10 @@ def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
     _print_extras(console, run)
     best = run["dev_metrics"]
     if best:
+        scored_on = run["training"].get("scored_on", "dev")
         console.print(
-            f"best epoch {run['best_epoch']}: dev MAP {best['MAP']:.2f}, MRR {best['MRR']:.2f}, "
+            f"best epoch {run['best_epoch']}: {scored_on} MAP {best['MAP']:.2f}, "
+            f"MRR {best['MRR']:.2f}, "
             f"P@1 {best['P@1']:.2f} in {run['train_seconds']:.0f}s; "
             f"next: qres export-onnx {out_dir} --out models/{out_dir.name}"
         )

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import torch
 
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
-from qres.training.losses import DEFAULT_MARGIN
+from qres.training.losses import DEFAULT_MARGIN, DEFAULT_TEMPERATURE
 
 
 class TrainError(RuntimeError):
@@ -59,6 +59,14 @@ class TrainConfig:
     # trained with log(1 + exp(-gamma * (s(q, p+) - s(q, p-)))).
     bow_beta: float = 0.5
     gamma: float = 10.0
+    # Distillation (qres.training.distill): reproduce a teacher model directory's in-batch
+    # similarities on unlabelled questions; loss = supervised_weight * ranking + distillation.
+    teacher: str | None = None
+    unlabelled: list[str] = field(default_factory=list)  # corpus files beside the training data
+    supervised_weight: float = 1.0
+    distill_temperature: float = DEFAULT_TEMPERATURE
+    distill_anchors: int = 32  # questions drawn per step, each with its teacher neighbours
+    distill_neighbours: int = 3
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:

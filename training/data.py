@@ -15,7 +15,7 @@ Two datasets:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,20 +59,29 @@ class Example:
     negatives: list[str]
 
 
-def load_dataset(dataset: str, data_dir: str | Path | None = None) -> TrainingData:
+def load_dataset(
+    dataset: str, data_dir: str | Path | None = None, with_dev: bool = True
+) -> TrainingData:
+    """The dataset's training data. ``with_dev=False`` leaves ``dev`` empty: SemEval's dev
+    file is then not read at all (AskUbuntu's is, to check its ids, and dropped)."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
     folder = Path(data_dir) if data_dir else dataset_dir(dataset)
     if not folder.is_dir():
         raise CorpusError(folder, None, f"{dataset} data directory not found")
-    return load_semeval2016(folder) if dataset == "semeval2016" else load_askubuntu(folder)
+    if dataset == "semeval2016":
+        return load_semeval2016(folder, with_dev)
+    data = load_askubuntu(folder)
+    if not with_dev:
+        data.dev, data.files = [], data.files[:2]
+    return data
 
 
-def load_semeval2016(folder: Path) -> TrainingData:
+def load_semeval2016(folder: Path, with_dev: bool = True) -> TrainingData:
     train_files = LAYOUTS["semeval2016"].files(folder, "train")
-    (dev_file,) = LAYOUTS["semeval2016"].files(folder, "dev")
+    dev_files = LAYOUTS["semeval2016"].files(folder, "dev") if with_dev else []
     parts = [load_semeval_file(path) for path in train_files]
-    dev = load_semeval_file(dev_file)
+    dev = [load_semeval_file(path) for path in dev_files]
     questions: dict[str, Question] = {}
     train: list[TrainQuery] = []
     for part in parts:
@@ -85,20 +94,41 @@ def load_semeval2016(folder: Path) -> TrainingData:
                 train.append(TrainQuery(query.id, positives, irrelevant))
     vocab_ids = list(questions)
     pool = sorted({c for part in parts for q in part.queries for c in q.candidates})
-    questions.update(dev.questions)
-    for query in dev.queries:
-        questions[query.id] = query.question
+    for part in dev:
+        questions.update(part.questions)
+        for query in part.queries:
+            questions[query.id] = query.question
     return TrainingData(
         name="semeval2016",
         questions=questions,
         train=train,
-        dev=dev.queries,
+        dev=[query for part in dev for query in part.queries],
         pool=pool,
         hard_in_file=True,
         skip_dev_without_relevant=False,
         vocab_ids=vocab_ids,
-        files=[str(path) for path in (*train_files, dev_file)],
+        files=[str(path) for path in (*train_files, *dev_files)],
     )
+
+
+def hold_out_train(data: TrainingData, fraction: float, seed: int) -> TrainingData:
+    """``data`` with ``fraction`` of its train queries (at least one) moved to ``dev``: each
+    becomes a ranking query over its positives and negatives, so epochs can be chosen
+    without reading the dev set."""
+    order = np.random.default_rng([seed, 7]).permutation(len(data.train))
+    held = {int(i) for i in order[: max(1, round(fraction * len(data.train)))]}
+    dev = [
+        RankingQuery(
+            q.id,
+            list(dict.fromkeys([*q.positives, *q.negatives])),
+            frozenset(q.positives),
+            question=data.questions[q.id],
+        )
+        for n, q in enumerate(data.train)
+        if n in held
+    ]
+    train = [q for n, q in enumerate(data.train) if n not in held]
+    return replace(data, train=train, dev=dev, skip_dev_without_relevant=True)
 
 
 def load_askubuntu(folder: Path) -> TrainingData:

@@ -96,9 +96,11 @@ def fit(
     hard_negatives: HardNegatives | None = None,
     epoch_metrics: Callable[[], dict] = dict,
     extra_states: Callable[[], dict] = dict,
+    scored_on: str = "dev",
 ) -> dict:
     """The epochs of a run: examples, ``step`` per batch (its losses), dev scoring, early
-    stopping, checkpoints and ``run.json``; returns the run record."""
+    stopping, checkpoints and ``run.json``; returns the run record. ``scored_on`` names what
+    ``score_dev`` scores, for the epoch lines."""
     start_epoch = state["epoch"] + 1 if state is not None else 1
     bad_epochs = state["bad_epochs"] if state is not None else 0
     hard_cache: dict[str, list[str]] = {}
@@ -166,13 +168,13 @@ def fit(
         )
         save_json(out_dir / RUN_FILE, run)
         if show_progress:
-            console.print(_epoch_line(record, seconds))
+            console.print(_epoch_line(record, seconds, scored_on))
     return run
 
 
-def _epoch_line(record: dict, seconds: float) -> str:
+def _epoch_line(record: dict, seconds: float, scored_on: str = "dev") -> str:
     line = (
-        f"epoch {record['epoch']}: loss {record['loss']:.4f}  dev MAP {record['MAP']:.2f}  "
+        f"epoch {record['epoch']}: loss {record['loss']:.4f}  {scored_on} MAP {record['MAP']:.2f}  "
         f"MRR {record['MRR']:.2f}  P@1 {record['P@1']:.2f}"
     )
     if "tag_MAP" in record:

@@ -125,7 +125,8 @@ OPTIONAL_COLUMNS = {  # shown when the run has them
 
 def history_table(run: dict) -> Table:
     """Dev metrics per epoch, the best epoch marked."""
-    table = Table(title=f"{run['train']['encoder']} on {run['training']['dataset']} (dev)")
+    scored_on = run["training"].get("scored_on", "dev")
+    table = Table(title=f"{run['train']['encoder']} on {run['training']['dataset']} ({scored_on})")
     history = run["history"]
     optional = [k for k in OPTIONAL_COLUMNS if any(k in r for r in history)]
     for column in ("epoch", "loss", *METRICS, *(OPTIONAL_COLUMNS[k] for k in optional)):

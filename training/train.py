@@ -1,7 +1,9 @@
 """Train a question encoder with the max-margin loss, early-stopped on dev MAP: the encoder's
 objectives (ranking, optional tag prediction and domain adaptation, optional pre-training) on
 top of the shared run directory (``qres.training.rundir``) and epoch loop
-(``qres.training.loop``). ``encoder="bowcnn"`` hands over to ``qres.training.bowcnn``.
+(``qres.training.loop``). ``encoder="bowcnn"`` hands over to ``qres.training.bowcnn``. With a
+``teacher`` the ranking loss is joined (or replaced) by distillation
+(``qres.training.distill``), and the epoch is chosen on held-out train queries instead of dev.
 """
 
 from __future__ import annotations
@@ -38,13 +40,22 @@ from qres.training.data import (
     HardNegatives,
     TokenizedQuestions,
     TrainingData,
+    hold_out_train,
     load_dataset,
     question_sentences,
+)
+from qres.training.distill import (
+    HELDOUT_FRACTION,
+    Distillation,
+    distillation_pool,
+    load_teacher,
+    prepare,
+    read_unlabelled,
 )
 from qres.training.encoders import EncoderConfig, QuestionEncoder
 from qres.training.evaluate import evaluate
 from qres.training.loop import candidate_rows, fit, progress_bar, torch_encoder
-from qres.training.losses import max_margin_loss
+from qres.training.losses import max_margin_loss, similarity_distillation_loss
 from qres.training.pretrain import pretrain
 from qres.training.rundir import (
     LAST_FILE,
@@ -59,7 +70,7 @@ from qres.training.rundir import (
 from qres.training.tags import TagHead, head_metrics, tag_labels, tagged_split, tfidf_baseline
 from qres.vocab import Vocab
 
-__all__ = ["TrainConfig", "TrainError", "train", "train_step"]
+__all__ = ["TrainConfig", "TrainError", "distill_step", "train", "train_step"]
 
 
 @dataclass
@@ -112,31 +123,14 @@ def train_step(
 ) -> dict[str, float]:
     """One optimiser step; the losses (and the domain classifier's accuracy) of the batch.
     With ``amp`` the forward pass and losses run under autocast."""
-    autocast = torch.autocast(amp.device_type, amp.dtype) if amp else contextlib.nullcontext()
-    with autocast:
+    with _autocast(amp):
         loss, out = _losses(model, batch, tokenized, device, config, extras, rng)
-    optimizer.zero_grad()
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    if amp is None:
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-        optimizer.step()
-        return out
-    amp.scaler.scale(loss).backward()
-    amp.scaler.unscale_(optimizer)  # clip the true gradients
-    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-    amp.scaler.step(optimizer)  # skipped when fp16 gradients overflowed
-    amp.scaler.update()
+    _optimise(optimizer, loss, config.max_grad_norm, amp)
     return out
 
 
 def _losses(model, batch, tokenized, device, config: TrainConfig, extras, rng):
-    ids = list(dict.fromkeys(i for e in batch for i in (e.query, e.positive, *e.negatives)))
-    row = {qid: n for n, qid in enumerate(ids)}
-    vectors = model(*tokenized.batch(ids, device))
-    queries = vectors[torch.tensor([row[e.query] for e in batch], device=device)]
-    candidates = vectors[candidate_rows(batch, row).to(device)]
-    ranking = max_margin_loss(queries, candidates, config.margin)
+    ranking, vectors, ids = _ranking_loss(model, batch, tokenized, device, config.margin)
     loss, out = ranking, {"loss": ranking.item()}
     if extras is not None and extras.tag_head is not None:
         tag_loss = extras.tag_head.loss(vectors, [tokenized.questions[i] for i in ids])
@@ -152,6 +146,62 @@ def _losses(model, batch, tokenized, device, config: TrainConfig, extras, rng):
         loss = loss + domain_loss  # the reversal layer scales the encoder's share by -λ
         out["domain_loss"], out["domain_accuracy"] = domain_loss.item(), 100 * accuracy
     return loss, out
+
+
+def distill_step(
+    model,
+    optimizer,
+    batch,
+    tokenized,
+    device,
+    config: TrainConfig,
+    distill: Distillation,
+    rng,
+    amp: MixedPrecision | None = None,
+) -> dict[str, float]:
+    """One optimiser step of distillation: the similarity loss on a batch of the pool, plus
+    ``supervised_weight`` × the ranking loss of the labelled ``batch`` (skipped at 0)."""
+    out: dict[str, float] = {}
+    with _autocast(amp):
+        ids, teacher = distill.batch(rng)
+        student = model(*distill.tokens.batch(ids, device))
+        loss = similarity_distillation_loss(student, teacher.to(device), config.distill_temperature)
+        out["distill_loss"] = loss.item()
+        if config.supervised_weight > 0:
+            ranking = _ranking_loss(model, batch, tokenized, device, config.margin)[0]
+            loss = loss + config.supervised_weight * ranking
+            out["ranking_loss"] = ranking.item()
+    _optimise(optimizer, loss, config.max_grad_norm, amp)
+    return {"loss": loss.item(), **out}
+
+
+def _ranking_loss(model, batch, tokenized, device, margin: float):
+    """The max-margin loss of a batch of examples, the vectors of its questions, their ids."""
+    ids = list(dict.fromkeys(i for e in batch for i in (e.query, e.positive, *e.negatives)))
+    row = {qid: n for n, qid in enumerate(ids)}
+    vectors = model(*tokenized.batch(ids, device))
+    queries = vectors[torch.tensor([row[e.query] for e in batch], device=device)]
+    candidates = vectors[candidate_rows(batch, row).to(device)]
+    return max_margin_loss(queries, candidates, margin), vectors, ids
+
+
+def _autocast(amp: MixedPrecision | None):
+    return torch.autocast(amp.device_type, amp.dtype) if amp else contextlib.nullcontext()
+
+
+def _optimise(optimizer, loss, max_grad_norm: float, amp: MixedPrecision | None) -> None:
+    optimizer.zero_grad()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if amp is None:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        return
+    amp.scaler.scale(loss).backward()
+    amp.scaler.unscale_(optimizer)  # clip the true gradients
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    amp.scaler.step(optimizer)  # skipped when fp16 gradients overflowed
+    amp.scaler.update()
 
 
 def _sample_ids(ids: list[str], k: int, rng: np.random.Generator) -> list[str]:
@@ -207,25 +257,49 @@ def train(
     out_dir = Path(out_dir)
     console = console or Console(stderr=True)
     config, run = open_run(config, out_dir, resume)
+    if config.teacher:
+        _check_distillation(config)
     if config.encoder == "bowcnn":
         return fit_bowcnn(config, out_dir, run, data, console, show_progress, hard_negatives)
     device = resolve_device(config.device)
     amp = mixed_precision(config.precision, device)
-    data = data or load_dataset(config.dataset, config.data_dir)
+    if config.teacher:
+        teacher = load_teacher(config.teacher)
+        # Distillation never reads the dev set: the epoch is chosen on held-out train queries.
+        data = data or load_dataset(config.dataset, config.data_dir, with_dev=False)
+        data = hold_out_train(data, HELDOUT_FRACTION, config.seed)
+        unlabelled = read_unlabelled(config.unlabelled)
+    else:
+        data = data or load_dataset(config.dataset, config.data_dir)
+        teacher, unlabelled = None, []
     target = load_target(config.adapt_to) if config.adapt_to else None
     if resume:
         vocab = Vocab.load(out_dir / VOCAB_FILE)
         model = QuestionEncoder(EncoderConfig(**run["encoder"]))
         state = torch.load(out_dir / LAST_FILE, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
+        distilled_from = run["training"].get("teacher", {}).get("fingerprint")
+        if teacher is not None and teacher.fingerprint != distilled_from:
+            raise TrainError(
+                f"--teacher {config.teacher} has fingerprint {teacher.fingerprint[:12]}, but "
+                f"the run in {out_dir} was distilled from {str(distilled_from)[:12]}"
+            )
     else:
         extra = question_sentences(target.questions.values()) if target is not None else []
-        model, vocab, run = new_run(config, data, device, extra)
+        model, vocab, run = new_run(config, data, device, extra + question_sentences(unlabelled))
         if target is not None:
             run["training"]["target"] = {"corpus": target.path, "questions": len(target.questions)}
         out_dir.mkdir(parents=True, exist_ok=True)
         vocab.save(out_dir / VOCAB_FILE)
         state = None
+    distill = None
+    if teacher is not None:
+        pool = distillation_pool(data, unlabelled)
+        distill, record = prepare(config, teacher, pool, vocab, console.print)
+        run["training"]["teacher"] = record
+        run["training"].update(
+            scored_on="held-out train", heldout_queries=len(data.dev), dev_queries=0
+        )
     extras = _extras(config, data, target, vocab, model.config)
     model = model.to(device)
     for name, module in extras.modules().items():
@@ -259,8 +333,10 @@ def train(
         config,
         data,
         out_dir,
-        step=lambda batch, rng: train_step(
-            model, optimizer, batch, tokenized, device, config, extras, rng, amp
+        step=lambda batch, rng: (
+            distill_step(model, optimizer, batch, tokenized, device, config, distill, rng, amp)
+            if distill is not None
+            else train_step(model, optimizer, batch, tokenized, device, config, extras, rng, amp)
         ),
         score_dev=lambda: evaluate(
             data.dev, data.questions, encode, data.skip_dev_without_relevant
@@ -270,7 +346,22 @@ def train(
         hard_negatives=hard_negatives,
         epoch_metrics=lambda: _extra_metrics(extras, encode, tokenized),
         extra_states=lambda: {name: m.state_dict() for name, m in extras.modules().items()},
+        scored_on=run["training"].get("scored_on", "dev"),
     )
+
+
+def _check_distillation(config: TrainConfig) -> None:
+    others = {
+        "--tags": config.tags,
+        "--adapt-to": config.adapt_to,
+        "--pretrain": config.pretrain_epochs,
+        "--encoder bowcnn": config.encoder == "bowcnn",
+    }
+    given = [name for name, value in others.items() if value]
+    if given:
+        raise TrainError(f"--teacher cannot be combined with {', '.join(given)}")
+    if config.supervised_weight < 0 or config.distill_temperature <= 0:
+        raise TrainError("--supervised-weight must be >= 0 and --distill-temperature > 0")
 
 
 def _pretrain(model, data, tokenized, config, device, encode, run, out_dir, console, show):
