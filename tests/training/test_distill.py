@@ -15,6 +15,7 @@ from qres.corpus import Question
 from qres.encoder import Encoder
 from qres.training.commands import export_onnx, train
 from qres.training.config import TrainError
+from qres.training.data import hold_out_train, load_dataset
 from qres.training.distill import nearest, teacher_vectors
 from qres.training.losses import similarity_distillation_loss
 from tests.training.helpers import FIXTURE, write_semeval_fixture
@@ -44,6 +45,20 @@ def test_nearest_finds_each_vectors_closest_others_but_never_itself():
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     assert nearest(vectors, 1, block=3)[:, 0].tolist() == [1, 0, 3, 2]
     assert nearest(vectors, 10).shape == (4, 3)
+
+
+def test_held_out_train_queries_leave_training_and_are_ranked_over_their_candidates():
+    data = load_dataset("askubuntu", FIXTURE, with_dev=False)
+    assert data.dev == []
+    held = hold_out_train(data, 0.2, seed=0)
+    train_ids, dev_ids = {q.id for q in held.train}, {q.id for q in held.dev}
+    assert not train_ids & dev_ids and train_ids | dev_ids == {q.id for q in data.train}
+    assert len(dev_ids) == round(0.2 * len(data.train))
+    original = {q.id: q for q in data.train}
+    for q in held.dev:
+        assert q.relevant == frozenset(original[q.id].positives)
+        assert set(q.candidates) == {*original[q.id].positives, *original[q.id].negatives}
+    assert hold_out_train(data, 0.2, seed=0).dev == held.dev
 
 
 class CountingTeacher:
