@@ -202,6 +202,7 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
 @click.option("--gamma", type=float, default=10.0, show_default=True, help="bowcnn: γ of the loss.")
 @click.option(
     "--teacher",
+    metavar="DIR",
     help="Distil: also train the encoder to reproduce the in-batch similarities of this "
     "model directory (any qres model, e.g. from `qres import-encoder`) on unlabelled "
     "questions: the training questions and every --unlabelled corpus. The teacher's "
