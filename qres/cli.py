@@ -413,7 +413,7 @@ def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_
         pipeline = SearchPipeline.for_index(
             backend, model, mode, candidates, device=obj.device, fusion=fusion
         )
-        signals = [e.fingerprint[:8] for e in pipeline.encoders]
+        signals = _model_labels(pipeline.encoders)
         mode = pipeline.mode
         started = time.perf_counter()
         results = pipeline.search(text, k, mode)
@@ -452,6 +452,16 @@ def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_
         title = getattr(questions.get(r.id), "title", "")
         table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(title))
     stdout.print(table)
+
+
+def _model_labels(encoders) -> list[str]:
+    """A column label per model: its directory's name ("minilm"), with the fingerprint's
+    first 8 hex digits added where two directories share a name."""
+    names = [Path(e.model_dir).name for e in encoders]
+    return [
+        name if names.count(name) == 1 else f"{name} {e.fingerprint[:8]}"
+        for name, e in zip(names, encoders, strict=True)
+    ]
 
 
 def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:

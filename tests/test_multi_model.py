@@ -340,8 +340,12 @@ def test_cli_indexes_two_models_and_explains_every_signal(run, tmp_path, models,
     assert result.exit_code == 0, result.output
     result = run("search", "w10 w11 w12", "--explain", "-k", "3")
     assert result.exit_code == 0, result.output
-    header = result.output.splitlines()[2]
-    assert f"cos {a.fingerprint[:8]}" in header and f"cos {b.fingerprint[:8]}" in header
+    lines = result.output.splitlines()
+    rows = [[cell.strip() for cell in line.split("┃")[1:-1]] for line in lines[1:4]]
+    header = [
+        " ".join(filter(None, column)) for column in zip(*(r for r in rows if r), strict=True)
+    ]
+    assert [c for c in header if c.startswith("cos")] == ["cos a", "cos b"]  # the directories
     result = run("--json", "search", "w10 w11 w12", "-k", "3")
     hits = json.loads(result.output)["results"]
     assert all(len(h["cosines"]) == 2 for h in hits)
@@ -482,3 +486,17 @@ def test_serve_fusion_passes_the_fusion_file_to_the_pipeline(
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
     assert result.output.startswith(f"error: {tmp_path / 'a.json'} fuses models")
     assert len(served) == 1
+
+
+def test_explain_columns_name_each_model_by_its_directory_and_tell_same_names_apart():
+    from types import SimpleNamespace
+
+    from qres.cli import _model_labels
+
+    def model(path, fingerprint):
+        return SimpleNamespace(model_dir=path, fingerprint=fingerprint)
+
+    labels = _model_labels(
+        [model("x/default", "1" * 64), model("y/minilm", "2" * 64), model("z/minilm", "3" * 64)]
+    )
+    assert labels == ["default", "minilm 22222222", "minilm 33333333"]
