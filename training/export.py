@@ -60,21 +60,27 @@ def export_field_encoder(encoder: FieldEncoder, path: str | Path) -> None:
     encoder = encoder.eval().cpu()
     ids = torch.tensor([[2, 3, 4], [5, 6, 0]], dtype=torch.int64)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    Path(path).write_bytes(onnx_graph(_FieldGraph(encoder), (ids, mask), ["token_ids", "mask"]))
+
+
+def onnx_graph(module: nn.Module, inputs: tuple, input_names: list[str]) -> bytes:
+    """``module`` as ONNX bytes: inputs of dynamic batch and length, one output "vector"
+    of dynamic batch (qres's encoder graph contract)."""
     dynamic = {0: "batch", 1: "length"}
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
         torch.onnx.export(
-            _FieldGraph(encoder),
-            (ids, mask),
+            module,
+            inputs,
             buffer,
             dynamo=False,
-            input_names=["token_ids", "mask"],
+            input_names=input_names,
             output_names=["vector"],
-            dynamic_axes={"token_ids": dynamic, "mask": dynamic, "vector": {0: "batch"}},
+            dynamic_axes={**{name: dynamic for name in input_names}, "vector": {0: "batch"}},
             opset_version=OPSET,
         )
-    Path(path).write_bytes(buffer.getvalue())
+    return buffer.getvalue()
 
 
 def parity_error(

@@ -15,14 +15,12 @@ the weights (MatMul/Gemm to int8); its parity is reported, not enforced.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import platform
 import shutil
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +29,8 @@ from torch import nn
 
 from qres.encoder import CARD_FORMAT, TRANSFORMER, Encoder, fingerprint
 from qres.model import core_roles, manifest, write_card
+from qres.training.export import OPSET, onnx_graph
 
-OPSET = 17
 PARITY_TOLERANCE = 1e-4
 TOKENIZER_FILE = "tokenizer.json"
 GRAPH_FILE = "model.onnx"
@@ -143,21 +141,9 @@ def import_sentence_transformer(
     graph = _PooledGraph(transformer, pooling, uses_token_types).eval()
     ids = torch.tensor([[101, 2129, 2079, 102], [101, 2129, 102, 0]], dtype=torch.int64)
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.int64)
-    dynamic = {0: "batch", 1: "length"}
-    buffer = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's tracer warnings
-        torch.onnx.export(
-            graph,
-            (ids, mask),
-            buffer,
-            dynamo=False,
-            input_names=["input_ids", "attention_mask"],
-            output_names=["vector"],
-            dynamic_axes={"input_ids": dynamic, "attention_mask": dynamic, "vector": {0: "batch"}},
-            opset_version=OPSET,
-        )
-    (out_dir / GRAPH_FILE).write_bytes(buffer.getvalue())
+    with torch.no_grad():
+        onnx = onnx_graph(graph, (ids, mask), ["input_ids", "attention_mask"])
+    (out_dir / GRAPH_FILE).write_bytes(onnx)
     if quantize == "int8":
         _quantize_int8(out_dir / GRAPH_FILE)
     elif quantize is not None:
