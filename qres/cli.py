@@ -177,6 +177,17 @@ def model_set_option(command):
     )(command)
 
 
+def index_fusion_option(exists: bool):
+    """``--fusion FILE`` of commands that search an index (search, serve)."""
+    return click.option(
+        "--fusion",
+        type=click.Path(exists=exists, dir_okay=False, path_type=Path),
+        help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
+        "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
+        "weights for an index of several models; the shipped one for the default model set].",
+    )
+
+
 def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
     if model_set is None:
         return tuple(models)
@@ -371,13 +382,7 @@ def _load_encoder(model_dir: Path, device: str | None = None):
     type=click.Path(file_okay=False, path_type=Path),
     help="Model directory [default: the one(s) the index was built with].",
 )
-@click.option(
-    "--fusion",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
-    "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
-    "weights for an index of several models; the shipped one for the default model set].",
-)
+@index_fusion_option(exists=False)
 @click.option(
     "--candidates",
     default=100,
@@ -1084,13 +1089,7 @@ def compact(obj: Context):
     type=click.Path(file_okay=False, path_type=Path),
     help="Model directory [default: the one the index was built with].",
 )
-@click.option(
-    "--fusion",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
-    "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
-    "weights for an index of several models; the shipped one for the default model set].",
-)
+@index_fusion_option(exists=True)
 @click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
 @click.option(
     "--max-k",
