@@ -30,7 +30,6 @@ import numpy as np
 
 from qres.backends.base import Backend, BackendError, index_models
 from qres.fusion import DEFAULT, Fusion, normalize_bm25
-from qres.model_set import shipped_fusion_for
 
 MODES = ("bm25", "dense", "hybrid")
 DEFAULT_CANDIDATES = 100
@@ -192,6 +191,7 @@ class SearchPipeline:
     def _for_models(cls, backend, held, mode, candidates, threads, device, fusion_file):
         """The pipeline over every model of an index of several, in the fusion's order."""
         from qres.encoder import EncoderError, Runtime
+        from qres.model_set import shipped_fusion_for
 
         runtime = Runtime.from_env(device)
         encoders = {}
