@@ -30,9 +30,10 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import torch  # noqa: E402
 
-from qres.corpus import Question  # noqa: E402
-from qres.datasets import load_semeval_xml  # noqa: E402
-from qres.encoder import Encoder  # noqa: E402
+from qres.corpus.readers import Question  # noqa: E402
+from qres.datasets.benchmarks import load_semeval_xml  # noqa: E402
+from qres.encoders.runtime import Encoder  # noqa: E402
+from qres.encoders.vocab import Vocab  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS, tokenize  # noqa: E402
 from qres.training.config import TrainConfig  # noqa: E402
@@ -40,7 +41,6 @@ from qres.training.encoders import ENCODERS, EncoderConfig, QuestionEncoder  # n
 from qres.training.export import export_onnx  # noqa: E402
 from qres.training.loop import torch_encoder  # noqa: E402
 from qres.training.rundir import load_trained  # noqa: E402
-from qres.vocab import Vocab  # noqa: E402
 
 
 def sample_questions(n: int) -> tuple[list[Question], str]:

@@ -6,7 +6,8 @@ Writes a synthetic corpus (benchmarks/synthetic.py) to a TSV file, then times ea
 ``qres index`` alone on it — read (parse the TSV), tokenise (the encoder's token ids),
 encode (onnxruntime on pre-tokenised batches), analyse (BM25 terms) and write (tantivy and
 the vector file, terms and vectors given) — and finally the whole pipeline as ``qres
-index`` runs it (:func:`qres.indexing.index_questions`), stages overlapping, right after the
+index`` runs it (:func:`qres.indexing.pipeline.index_questions`), stages overlapping, right after
+the
 same work done one stage after another in one thread. The stage figures say which stage
 bounds the end-to-end rate on this machine. Each figure also gives the process's CPU time
 (all its threads): questions per CPU-second depends far less than wall rates on how many
@@ -33,8 +34,8 @@ from search_latency import machine  # noqa: E402
 from synthetic import SyntheticForum  # noqa: E402
 
 from qres.backends.embedded import EmbeddedBackend  # noqa: E402
-from qres.corpus import read_corpus  # noqa: E402
-from qres.indexing import default_workers, index_questions  # noqa: E402
+from qres.corpus.readers import read_corpus  # noqa: E402
+from qres.indexing.pipeline import default_workers, index_questions  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 from qres.text import bm25_terms  # noqa: E402
 
@@ -87,7 +88,7 @@ def measure(args, workdir: Path) -> dict:
 
     encoder = vectors = None
     if args.model:
-        from qres.encoder import Encoder
+        from qres.encoders.runtime import Encoder
 
         encoder = Encoder.load(args.model)
         timer = Timer()

@@ -1,7 +1,7 @@
 """Query-encoding latency and indexing throughput of served model directories (no torch).
 
 For each ``--model`` (a GRU export, an imported transformer, its int8 copy, …) this loads
-the directory through ``qres.encoder.Encoder`` exactly as search does and measures:
+the directory through ``qres.encoders.runtime.Encoder`` exactly as search does and measures:
 
 * query latency: one search-box query encoded at a time (the titles of real forum
   questions), p50/p95/mean in ms;
@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 
-from qres.datasets import load_semeval_xml  # noqa: E402
-from qres.encoder import Encoder  # noqa: E402
+from qres.datasets.benchmarks import load_semeval_xml  # noqa: E402
+from qres.encoders.runtime import Encoder  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 
 

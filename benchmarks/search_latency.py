@@ -49,9 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic import SyntheticForum  # noqa: E402
 
 from qres.backends import BACKENDS, BackendError, open_backend  # noqa: E402
-from qres.indexing import index_questions  # noqa: E402
+from qres.indexing.pipeline import index_questions  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
-from qres.search import SearchPipeline  # noqa: E402
+from qres.ranking.search import SearchPipeline  # noqa: E402
 from qres.text import bm25_terms  # noqa: E402
 
 
@@ -135,7 +135,7 @@ def main() -> None:
 
     encoder = None
     if args.model:
-        from qres.encoder import Encoder
+        from qres.encoders.runtime import Encoder
 
         encoder = Encoder.load(args.model)
     forum = SyntheticForum(args.data_dir)

@@ -32,8 +32,8 @@ from search_latency import machine  # noqa: E402
 from synthetic import SyntheticForum  # noqa: E402
 
 from qres.backends.embedded import EmbeddedBackend  # noqa: E402
-from qres.encoder import Encoder  # noqa: E402
-from qres.indexing import index_questions  # noqa: E402
+from qres.encoders.runtime import Encoder  # noqa: E402
+from qres.indexing.pipeline import index_questions  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qres.corpus import Question
-from qres.datasets import dataset_dir, load_semeval, semeval_questions
+from qres.corpus.readers import Question
+from qres.datasets.benchmarks import dataset_dir, load_semeval, semeval_questions
 from qres.text import tokenize
 
 

@@ -15,18 +15,18 @@ import importlib
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "Index": "qres.indexing",
-    "IndexReport": "qres.indexing",
-    "SearchPipeline": "qres.search",
-    "Result": "qres.search",
-    "Question": "qres.corpus",
-    "read_corpus": "qres.corpus",
-    "Encoder": "qres.encoder",
-    "Fusion": "qres.fusion",
+    "Index": "qres.indexing.pipeline",
+    "IndexReport": "qres.indexing.pipeline",
+    "SearchPipeline": "qres.ranking.search",
+    "Result": "qres.ranking.search",
+    "Question": "qres.corpus.readers",
+    "read_corpus": "qres.corpus.readers",
+    "Encoder": "qres.encoders.runtime",
+    "Fusion": "qres.ranking.fusion",
     "open_backend": "qres.backends",
     "BackendError": "qres.backends.base",
-    "CorpusError": "qres.corpus",
-    "EncoderError": "qres.encoder",
+    "CorpusError": "qres.corpus.readers",
+    "EncoderError": "qres.encoders.runtime",
 }
 
 __all__ = ["__version__", *_PUBLIC]

@@ -28,8 +28,8 @@ from rich.text import Text
 from qres import paths
 from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend, BackendError, IndexFormatError
-from qres.corpus import FORMATS, CorpusError, ReadStats, read_corpus
-from qres.encoder import EncoderError
+from qres.corpus.readers import FORMATS, CorpusError, ReadStats, read_corpus
+from qres.encoders.runtime import EncoderError
 
 # markup=False: user text (titles, server messages like "action [x] is unauthorized") is
 # printed as it is; rich would take its bracketed parts for markup and drop them.
@@ -61,9 +61,9 @@ class Context:
 # Commands defined in other modules, imported only when run or listed: `qres search` on the
 # embedded backend must not pay for the Elasticsearch client (Kibana) or the training code.
 LAZY_COMMANDS = {
-    "download": "qres.download:download_command",
-    "kibana-setup": "qres.kibana:kibana_setup",
-    "tags": "qres.tags:tags_command",
+    "download": "qres.datasets.download:download_command",
+    "kibana-setup": "qres.backends.elasticsearch.kibana:kibana_setup",
+    "tags": "qres.encoders.tag_head:tags_command",
     "train": "qres.training.commands:train",
     "export-onnx": "qres.training.commands:export_onnx",
     "import-encoder": "qres.training.commands:import_encoder",
@@ -191,7 +191,7 @@ def index_fusion_option(exists: bool):
 def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
     if model_set is None:
         return tuple(models)
-    from qres import model_set as sets
+    from qres.encoders import model_set as sets
 
     return (*sets.model_dirs(), *models)
 
@@ -282,7 +282,7 @@ def index(
       qres index questions.tsv --model qres/models/default --model models/minilm
       qres index questions.tsv --model-set default
     """
-    from qres.indexing import check_keeps_vectors, index_questions, search_encoder
+    from qres.indexing.pipeline import check_keeps_vectors, index_questions, search_encoder
 
     models = _with_model_set(model_set, models)
     encoders = [search_encoder(m, obj.device) for m in models]
@@ -359,7 +359,7 @@ def _compact_if_mostly_dead(backend: Backend) -> int:
 
 
 def _load_encoder(model_dir: Path, device: str | None = None):
-    from qres.encoder import Encoder, Runtime
+    from qres.encoders.runtime import Encoder, Runtime
 
     return Encoder.load(model_dir, runtime=Runtime.from_env(device))
 
@@ -408,7 +408,7 @@ def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_
     Example:
       qres search "boot ubuntu from usb" -k 5 --explain
     """
-    from qres.search import SearchPipeline
+    from qres.ranking.search import SearchPipeline
 
     with obj.open() as backend:
         if log_queries and not backend.keeps_search_log:
@@ -470,7 +470,7 @@ def _model_labels(encoders) -> list[str]:
 
 
 def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
-    from qres.search import search_log_record
+    from qres.ranking.search import search_log_record
 
     record = search_log_record(text, mode, k, latency_ms, results, backend)
     try:
@@ -619,7 +619,7 @@ def evaluate(
     docid rank score tag, the ranker as tag), readable by trec_eval.
     --compare, with two rankers, tests the second's MAP against the first's over
     the same queries: paired bootstrap 95% interval of the difference and a paired
-    randomization test p-value (see qres.significance).
+    randomization test p-value (see qres.evaluation.significance).
 
     \b
     Examples:
@@ -637,7 +637,7 @@ def evaluate(
       qres evaluate --dataset semeval2016 --model-set default --ranker bm25 --ranker hybrid \\
           --compare
     """
-    from qres import evaluate as ev
+    from qres.evaluation import runner as ev
 
     models = _with_model_set(model_set, models)
     try:
@@ -671,7 +671,7 @@ def evaluate(
 
 
 def _save_runs(path: Path, evaluations) -> None:
-    from qres.evaluate import save_runs
+    from qres.evaluation.runner import save_runs
 
     for out, e, lines in save_runs(path, evaluations):
         console.print(f"wrote {out}: {lines} lines ({e.ranker}, TREC run format)", highlight=False)
@@ -695,7 +695,7 @@ def _print_comparison(c, dataset: str) -> None:
 
 
 def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> None:
-    from qres import evaluate as ev
+    from qres.evaluation import runner as ev
 
     # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
     decimals = 2 if dataset == "semeval2016" else 1
@@ -747,7 +747,7 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
 
     RUN_B's MAP minus RUN_A's, over the benchmark's queries (as qres evaluate counts
     them), with a paired bootstrap 95% interval and a paired randomization test
-    p-value (qres.significance). Runs are read as trec_eval reads them (by score).
+    p-value (qres.evaluation.significance). Runs are read as trec_eval reads them (by score).
 
     \b
     Example:
@@ -756,7 +756,7 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
           --save-run gru.txt
       qres compare-runs bm25.txt gru.txt --dataset semeval2016
     """
-    from qres import evaluate as ev
+    from qres.evaluation import runner as ev
 
     try:
         benchmark = ev.load_benchmark(dataset, split, data_dir)
@@ -840,9 +840,9 @@ def tune_fusion_command(
           --cv-splits dev --report fusion-cv.json --out fusion-both.json
       qres evaluate --dataset semeval2016 --model runs/gru/model
     """
-    from qres import evaluate as ev
-    from qres.datasets import default_data_dir
-    from qres.fusion import tune_fusion
+    from qres.datasets.benchmarks import default_data_dir
+    from qres.evaluation import runner as ev
+    from qres.evaluation.fusion_fit import tune_fusion
 
     models = _with_model_set(model_set, models)
     if not models:
@@ -879,8 +879,8 @@ def tune_fusion_command(
 def _tune_fusion_cv(
     obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out=None
 ):
-    from qres import fusion_cv as fcv
-    from qres.fusion import Fusion
+    from qres.evaluation import fusion_fit as fcv
+    from qres.ranking.fusion import Fusion
 
     splits = [s.strip() for s in cv_splits.split(",") if s.strip()]
     pairs = list(zip(backends, encoders, strict=True))
@@ -992,7 +992,7 @@ def info(obj: Context):
     """
     import onnxruntime
 
-    from qres.encoder import Runtime, provider_status
+    from qres.encoders.runtime import Runtime, provider_status
 
     details = {
         "qres_home": str(paths.home()),
@@ -1157,7 +1157,7 @@ def serve(
 
     import uvicorn
 
-    from qres.service import CONFIG_ENV, Service, ServiceConfig, create_app
+    from qres.service.app import CONFIG_ENV, Service, ServiceConfig, create_app
 
     if not cors_origins and os.environ.get("QRES_CORS_ORIGINS"):
         cors_origins = [o.strip() for o in os.environ["QRES_CORS_ORIGINS"].split(",") if o.strip()]
@@ -1184,7 +1184,7 @@ def serve(
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # /metrics adds up the workers
         os.environ[CONFIG_ENV] = config.to_env()
         uvicorn.run(
-            "qres.service:app_from_env", factory=True, host=host, port=port, workers=workers
+            "qres.service.app:app_from_env", factory=True, host=host, port=port, workers=workers
         )
 
 

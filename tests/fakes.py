@@ -1,4 +1,4 @@
-"""A deterministic stand-in for qres.encoder.Encoder, for tests of the query path.
+"""A deterministic stand-in for qres.encoders.runtime.Encoder, for tests of the query path.
 
 It maps each question to a fixed unit vector by a word → direction table, so a test can
 state which questions a query is "semantically" close to, independent of word overlap.

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from qres.corpus import Question
-from qres.encoder import CARD_FORMAT, fingerprint
-from qres.vocab import Vocab
+from qres.corpus.readers import Question
+from qres.encoders.runtime import CARD_FORMAT, fingerprint
+from qres.encoders.vocab import Vocab
 from tests.test_encoder import bag_of_words_graph
 
 REPO = Path(__file__).resolve().parents[1]

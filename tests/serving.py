@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import read_corpus
-from qres.encoder import Encoder
-from qres.indexing import index_questions
+from qres.corpus.readers import read_corpus
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "qres" / "data" / "demo" / "questions.tsv"

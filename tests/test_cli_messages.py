@@ -45,39 +45,39 @@ def test_bracketed_text_in_results_and_warnings_is_printed_as_is(run, corpus, mo
 
 
 def test_interrupted_rebuild_says_it_was_discarded(run, corpus, monkeypatch):
-    import qres.indexing
+    import qres.indexing.pipeline
 
     assert run("index", corpus).exit_code == 0
-    original = qres.indexing.index_questions
+    original = qres.indexing.pipeline.index_questions
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(qres.indexing, "index_questions", interrupted)
+    monkeypatch.setattr(qres.indexing.pipeline, "index_questions", interrupted)
     result = run("index", corpus, "--rebuild")
     assert result.exit_code == 130
     assert "interrupted: the rebuild was discarded; the index is as it was before this run" in (
         result.output
     )
     assert "everything committed" not in result.output
-    monkeypatch.setattr(qres.indexing, "index_questions", original)
+    monkeypatch.setattr(qres.indexing.pipeline, "index_questions", original)
     assert json.loads(run("--json", "info").output)["questions"] == 2  # the old index, intact
 
 
 def test_interrupted_indexing_says_committed_work_is_kept(run, corpus, monkeypatch):
-    import qres.indexing
+    import qres.indexing.pipeline
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(qres.indexing, "index_questions", interrupted)
+    monkeypatch.setattr(qres.indexing.pipeline, "index_questions", interrupted)
     result = run("index", corpus)
     assert result.exit_code == 130
     assert "interrupted: everything committed before this point is kept" in result.output
 
 
 def test_sigterm_during_rebuild_cleans_up_like_ctrl_c(tmp_path, corpus, monkeypatch, capsys):
-    import qres.indexing
+    import qres.indexing.pipeline
     from qres.cli import main
 
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
@@ -99,7 +99,7 @@ def test_sigterm_during_rebuild_cleans_up_like_ctrl_c(tmp_path, corpus, monkeypa
             time.sleep(5)  # the handler interrupts this
             raise AssertionError("SIGTERM did not stop the run")
 
-        monkeypatch.setattr(qres.indexing, "index_questions", terminated)
+        monkeypatch.setattr(qres.indexing.pipeline, "index_questions", terminated)
         monkeypatch.setattr("sys.argv", ["qres", "index", str(corpus), "--rebuild"])
         with pytest.raises(SystemExit) as done:
             main()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qres.corpus import (
+from qres.corpus.readers import (
     MAX_FIELD_CHARS,
     CorpusError,
     Question,

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
-from qres.encoder import Encoder
-from qres.search import SearchPipeline
+from qres.encoders.runtime import Encoder
+from qres.ranking.search import SearchPipeline
 from tests.safety_helpers import (
     CHILD_ENV,
     assert_committed_prefix,
@@ -37,9 +37,9 @@ N, COMMIT_EVERY, BATCH = 2000, 200, 40
 INDEXER = f"""
 import os, random, signal, sys, threading
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import read_corpus
-from qres.encoder import Encoder
-from qres.indexing import index_questions
+from qres.corpus.readers import read_corpus
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
 
 index_dir, corpus, model, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 encoder = Encoder.load(model)
@@ -127,8 +127,8 @@ import json, random, sys, time
 from pathlib import Path
 import numpy as np
 from qres.backends.embedded import EmbeddedBackend
-from qres.encoder import Encoder
-from qres.search import SearchPipeline
+from qres.encoders.runtime import Encoder
+from qres.ranking.search import SearchPipeline
 
 index_dir, model, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 seed, n = int(sys.argv[4]), int(sys.argv[5])
@@ -165,9 +165,9 @@ WRITER = """
 import sys, time
 from pathlib import Path
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import read_corpus
-from qres.encoder import Encoder
-from qres.indexing import index_questions
+from qres.corpus.readers import read_corpus
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
 
 index_dir, corpus, model = sys.argv[1], sys.argv[2], sys.argv[3]
 seconds, stop = float(sys.argv[4]), Path(sys.argv[5])

@@ -16,10 +16,10 @@ import pytest
 
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import Question
-from qres.encoder import Encoder
-from qres.indexing import index_questions
-from qres.search import SearchPipeline
+from qres.corpus.readers import Question
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
+from qres.ranking.search import SearchPipeline
 from tests.fakes import TableEncoder
 from tests.safety_helpers import (
     assert_committed_prefix,

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from qres.corpus import CorpusError, Question
-from qres.datasets import (
+from qres.corpus.readers import CorpusError, Question
+from qres.datasets.benchmarks import (
     load_askubuntu_eval,
     load_pairwise,
     load_semeval_csv,
     load_semeval_xml,
     read_askubuntu_train,
 )
-from qres.metrics import summarize
+from qres.evaluation.ranking_metrics import summarize
 
 SEMEVAL = "semeval2016-task3"
 DEV_XML = "SemEval2016-Task3-CQA-QL-dev.xml"

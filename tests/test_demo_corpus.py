@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from qres.corpus import read_corpus
+from qres.corpus.readers import read_corpus
 from qres.text import bm25_terms
 
 DEMO = Path(__file__).resolve().parents[1] / "qres/data/demo"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qres.datasets import LAYOUTS
-from qres.download import REGISTRY, DownloadError, download, download_command
+from qres.datasets.benchmarks import LAYOUTS
+from qres.datasets.download import REGISTRY, DownloadError, download, download_command
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 ASKUBUNTU_LOCAL = ("dev.txt", "test.txt", "heldout.txt")

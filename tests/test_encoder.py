@@ -1,4 +1,5 @@
-"""The serving-side encoder (qres.encoder) and vocabulary (qres.vocab), without torch.
+"""The serving-side encoder (qres.encoders.runtime) and vocabulary (qres.encoders.vocab), without
+torch.
 
 The model directories here hold a hand-built ONNX graph — the normalised sum of the word
 vectors of the unmasked tokens — so the expected vectors can be computed with numpy.
@@ -16,10 +17,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qres.corpus import Question
-from qres.encoder import CARD_FORMAT, Encoder, EncoderError, fingerprint
+from qres.corpus.readers import Question
+from qres.encoders.runtime import CARD_FORMAT, Encoder, EncoderError, fingerprint
+from qres.encoders.vocab import PAD, UNK, Vocab, VocabError, pad_batch
 from qres.text import tokenize
-from qres.vocab import PAD, UNK, Vocab, VocabError, pad_batch
 
 WORDS = ["how", "do", "i", "install", "wifi", "driver", "grub", "boot", "?", "the"]
 DIM = 6
@@ -227,7 +228,7 @@ def test_pad_batch_right_pads_and_keeps_at_least_one_column():
 
 
 def test_serving_does_not_import_torch():
-    code = "import sys, qres.encoder, qres.vocab; print('torch' in sys.modules)"
+    code = "import sys, qres.encoders.runtime, qres.encoders.vocab; print('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from qres import encoder as enc
-from qres.corpus import Question
-from qres.encoder import CPU, CUDA, Encoder, EncoderError, Runtime
+from qres.corpus.readers import Question
+from qres.encoders import runtime as enc
+from qres.encoders.runtime import CPU, CUDA, Encoder, EncoderError, Runtime
 
 MODEL = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
 
@@ -118,7 +118,7 @@ def plain_encode(question: Question) -> np.ndarray:
     alone (no batch, no padding), the non-empty fields' vectors averaged and normalised."""
     import onnxruntime
 
-    from qres.vocab import Vocab
+    from qres.encoders.vocab import Vocab
 
     session = onnxruntime.InferenceSession(str(MODEL / "model.onnx"), providers=[CPU])
     card = enc.read_card(MODEL / "model.json")
@@ -137,7 +137,7 @@ def plain_encode(question: Question) -> np.ndarray:
 
 
 def test_bulk_runs_side_by_side_give_the_vectors_of_a_plain_encode():
-    from qres.corpus import read_corpus
+    from qres.corpus.readers import read_corpus
 
     questions = list(read_corpus(MODEL.parents[1] / "data" / "demo" / "questions.tsv"))
     questions[7] = Question("no-body", "wifi drops after resume", "")

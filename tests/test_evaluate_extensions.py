@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from qres import evaluate as ev
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import CorpusError, Question
-from qres.datasets import load_android
-from qres.indexing import index_questions
-from qres.rankers import BowCnnRanker
+from qres.corpus.readers import CorpusError, Question
+from qres.datasets.benchmarks import load_android
+from qres.evaluation import runner as ev
+from qres.evaluation.rankers import BowCnnRanker
+from qres.indexing.pipeline import index_questions
 from qres.text import tokenize
 from tests.askubuntu_fixture import FIXTURE
 
@@ -87,7 +87,8 @@ def partial_auc_percent(labels, scores, max_fpr=0.05) -> float:
 
 def expected_figures(score_of) -> tuple[float, float]:
     """(AUC(0.05), MAP) in percent from ``score_of(query, candidates) -> scores``, computed
-    here without qres.metrics: MAP over queries with a positive, by sorting each list."""
+    here without qres.evaluation.ranking_metrics: MAP over queries with a positive, by sorting each
+    list."""
     labels, scores, aps = [], [], []
     for qid, pairs in labelled_pairs().items():
         candidate_scores = score_of(qid, [c for c, _ in pairs])
@@ -291,7 +292,8 @@ def test_accuracy_at_rejects_a_bad_cutoff(run, tmp_path):
 
 
 class OverlapScorer:
-    """Stand-in for qres.bowcnn.BowCnnScorer: the Jaccard overlap of the questions' words."""
+    """Stand-in for qres.encoders.bowcnn_scorer.BowCnnScorer: the Jaccard overlap of the questions'
+    words."""
 
     def __init__(self):
         self.calls = 0
@@ -360,7 +362,7 @@ def test_unknown_pair_ids_raise_corpus_error(tmp_path):
 
 
 def test_trained_bow_cnn_export_evaluates_on_android(run, tmp_path):
-    from qres.bowcnn import BowCnnScorer
+    from qres.encoders.bowcnn_scorer import BowCnnScorer
     from qres.training.bowcnn import train_bowcnn
     from qres.training.export import export_onnx
     from tests.training.helpers import tiny_config

@@ -5,8 +5,8 @@ import json
 import pytest
 import pytrec_eval
 
-from qres.evaluate import load_benchmark
-from qres.trec import run_lines
+from qres.evaluation.runner import load_benchmark
+from qres.evaluation.trec import run_lines
 
 
 def read_run(path):

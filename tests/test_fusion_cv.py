@@ -1,4 +1,5 @@
-"""Fusion learned by cross-validation (qres.fusion_cv) and its use in search and evaluate."""
+"""Fusion learned by cross-validation (qres.evaluation.fusion_fit) and its use in search and
+evaluate."""
 
 import json
 from dataclasses import asdict
@@ -6,12 +7,12 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from qres import fusion_cv as fcv
 from qres.backends.embedded import EmbeddedBackend
-from qres.fusion import Fusion
-from qres.indexing import index_questions
-from qres.rankers import PipelineRanker
-from qres.search import SearchPipeline
+from qres.evaluation import fusion_fit as fcv
+from qres.evaluation.rankers import PipelineRanker
+from qres.indexing.pipeline import index_questions
+from qres.ranking.fusion import Fusion
+from qres.ranking.search import SearchPipeline
 
 from .fakes import TableEncoder
 from .test_search import CORPUS, ENCODER
@@ -120,7 +121,7 @@ def test_evaluate_scores_each_cross_validated_query_with_its_held_out_fusion(tmp
     encoder = TableEncoder(ENCODER.directions)
     index_questions(backend, CORPUS, encoder=encoder)
     ranker = PipelineRanker(SearchPipeline(backend, encoder, cv_fusion()), "hybrid")
-    from qres.corpus import Question
+    from qres.corpus.readers import Question
 
     text = ("install ubuntu printer driver usb", "")
     candidates = ["printer", "pendrive", "wifi"]
@@ -132,7 +133,7 @@ def test_evaluate_scores_each_cross_validated_query_with_its_held_out_fusion(tmp
 def test_semeval_candidate_lists_hold_bm25_and_every_models_cosine(tmp_path):
     """On the real SemEval dev file: one list per query, its ten candidates, BM25 scaled
     to the query's top, one cosine column per model, the official labels."""
-    from qres.datasets import dataset_dir, default_data_dir, load_semeval
+    from qres.datasets.benchmarks import dataset_dir, default_data_dir, load_semeval
 
     models = []
     for i, directions in enumerate(({"visa": 0, "doha": 1}, {"car": 0, "job": 2})):
@@ -188,7 +189,7 @@ def test_evaluate_with_two_models_reports_the_cross_validated_figure(run, tmp_pa
     vectors scores each dev query with the fit of the folds that did not see it."""
     from pathlib import Path
 
-    from qres.vocab import Vocab
+    from qres.encoders.vocab import Vocab
     from tests.safety_helpers import write_model
 
     vocab = Vocab.load(Path(__file__).parents[1] / "qres" / "models" / "default" / "vocab.txt")

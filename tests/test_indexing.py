@@ -1,8 +1,8 @@
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import CorpusError, Question, read_corpus
-from qres.indexing import index_questions
+from qres.corpus.readers import CorpusError, Question, read_corpus
+from qres.indexing.pipeline import index_questions
 
 
 def write_tsv(path, rows):

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qres import indexing
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import CorpusError, Question, read_corpus
-from qres.encoder import Encoder
-from qres.indexing import index_questions
+from qres.corpus.readers import CorpusError, Question, read_corpus
+from qres.encoders.runtime import Encoder
+from qres.indexing import pipeline as indexing
+from qres.indexing.pipeline import index_questions
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "qres" / "data" / "demo" / "questions.tsv"
@@ -109,8 +109,8 @@ def test_killed_during_indexing_keeps_the_commits_and_a_rerun_completes(tmp_path
         f"""
         import os, signal, numpy as np
         from qres.backends.embedded import EmbeddedBackend
-        from qres.corpus import Question
-        from qres.indexing import index_questions
+        from qres.corpus.readers import Question
+        from qres.indexing.pipeline import index_questions
 
         class Encoder:
             fingerprint, dim, model_dir = "f" * 64, 4, "."

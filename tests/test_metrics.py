@@ -7,7 +7,7 @@ import pytest
 import pytrec_eval
 from sklearn.metrics import roc_auc_score
 
-from qres.metrics import (
+from qres.evaluation.ranking_metrics import (
     auc_at,
     auc_percent,
     average_precision,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from qres.encoder import EncoderError
-from qres.fusion import DEFAULT, Fusion
-from qres.model import add_to_manifest, file_sha256, open_model
-from qres.search import SearchPipeline
+from qres.encoders.manifest import add_to_manifest, file_sha256, open_model
+from qres.encoders.runtime import EncoderError
+from qres.ranking.fusion import DEFAULT, Fusion
+from qres.ranking.search import SearchPipeline
 
 MODEL = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
 

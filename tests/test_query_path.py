@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import read_corpus
-from qres.datasets import dataset_dir, load_semeval
-from qres.encoder import Encoder
-from qres.fusion import Fusion, normalize_bm25
-from qres.indexing import index_questions
-from qres.search import Result, SearchPipeline
+from qres.corpus.readers import read_corpus
+from qres.datasets.benchmarks import dataset_dir, load_semeval
+from qres.encoders.runtime import Encoder
+from qres.indexing.pipeline import index_questions
+from qres.ranking.fusion import Fusion, normalize_bm25
+from qres.ranking.search import Result, SearchPipeline
 
 REPO = Path(__file__).resolve().parents[1]
 FUSION = Fusion(bm25=0.3, cosine=0.7)

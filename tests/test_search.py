@@ -3,10 +3,11 @@ import pytest
 
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import Question
-from qres.fusion import Fusion, tune_fusion
-from qres.indexing import index_questions
-from qres.search import SearchPipeline
+from qres.corpus.readers import Question
+from qres.evaluation.fusion_fit import tune_fusion
+from qres.indexing.pipeline import index_questions
+from qres.ranking.fusion import Fusion
+from qres.ranking.search import SearchPipeline
 
 from .fakes import TableEncoder
 

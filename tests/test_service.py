@@ -334,10 +334,10 @@ def test_an_index_without_vectors_serves_bm25_and_takes_writes(tmp_path):
     """In-process (ASGI) over a BM25-only index: no model, so no dense or hybrid search."""
     import asyncio
 
-    from qres import service
     from qres.backends.embedded import EmbeddedBackend
-    from qres.corpus import read_corpus
-    from qres.indexing import index_questions
+    from qres.corpus.readers import read_corpus
+    from qres.indexing.pipeline import index_questions
+    from qres.service import app as service
     from tests.serving import DEMO
 
     with EmbeddedBackend(tmp_path / "index", create=True) as backend:

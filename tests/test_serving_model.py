@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from qres.encoder import fingerprint, graph_files
-from qres.model import core_roles, manifest
+from qres.encoders.manifest import core_roles, manifest
+from qres.encoders.runtime import fingerprint, graph_files
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "qres" / "models" / "default"

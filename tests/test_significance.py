@@ -1,4 +1,5 @@
-"""Paired significance of a MAP difference (qres.significance), against hand-computed cases and
+"""Paired significance of a MAP difference (qres.evaluation.significance), against hand-computed
+cases and
 an independent numpy computation of the same definitions."""
 
 import itertools
@@ -6,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from qres.significance import compare
+from qres.evaluation.significance import compare
 
 
 def aps(values):

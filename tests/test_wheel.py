@@ -128,7 +128,7 @@ def test_installed_wheel_indexes_searches_and_loads_the_es_template(venv, tmp_pa
 
     template = (
         "from qres.backends.elasticsearch import IndexSettings\n"
-        "from qres.kibana import SAVED_OBJECTS\n"
+        "from qres.backends.elasticsearch.kibana import SAVED_OBJECTS\n"
         "settings, mappings = IndexSettings().index_body()\n"
         "print(sorted(mappings['properties']), len(SAVED_OBJECTS.read_bytes()) > 0)\n"
     )

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import Question
-from qres.writes import Delete, GroupCommitWriter, Upsert
+from qres.corpus.readers import Question
+from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
 
 
 class RecordingBackend:
@@ -89,7 +89,7 @@ def test_log_queries_records_each_service_search(tmp_path, monkeypatch):
 
     import httpx
 
-    from qres import service
+    from qres.service import app as service
     from tests.serving import build_demo_index
 
     logged = []

@@ -21,9 +21,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from qres import metrics
-from qres.corpus import CorpusError, Question, detect_format, read_corpus
-from qres.datasets import RankingQuery, android_corpus_path, load_android, load_semeval_xml
+from qres.corpus.readers import CorpusError, Question, detect_format, read_corpus
+from qres.datasets.benchmarks import (
+    RankingQuery,
+    android_corpus_path,
+    load_android,
+    load_semeval_xml,
+)
+from qres.evaluation import ranking_metrics as metrics
 
 HELDOUT_PER_DOMAIN = 500  # questions of each domain kept out to measure the classifier
 

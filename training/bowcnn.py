@@ -17,7 +17,8 @@ the example's sampled negatives: the one the model confuses most, as the max-mar
 
 A batch's bag-of-words cosines are computed over the words of that batch only: word ids are
 renumbered with ``torch.unique`` and term frequencies scattered into [n, V_batch], never
-[n, |V|]. Dev scores go through ``qres.bowcnn.BowCnnScorer`` (with the torch CNN), the code
+[n, |V|]. Dev scores go through ``qres.encoders.bowcnn_scorer.BowCnnScorer`` (with the torch CNN),
+the code
 that serves the exported model.
 
 The run directory is ``qres.training.rundir``'s and the epochs run in ``qres.training.loop``
@@ -38,9 +39,10 @@ import torch.nn.functional as F
 from rich.console import Console
 from torch import Tensor, nn
 
-from qres.bowcnn import SCORER, BowCnnScorer
-from qres.corpus import Question
-from qres.datasets import RankingQuery
+from qres.corpus.readers import Question
+from qres.datasets.benchmarks import RankingQuery
+from qres.encoders.bowcnn_scorer import SCORER, BowCnnScorer
+from qres.encoders.vocab import UNK_ID, Vocab
 from qres.training.config import TrainConfig, TrainError, resolve_device
 from qres.training.data import Example, TokenizedQuestions, TrainingData, load_dataset
 from qres.training.encoders import EncoderConfig, QuestionEncoder
@@ -54,7 +56,6 @@ from qres.training.rundir import (
     open_run,
     run_dir_and_checkpoint,
 )
-from qres.vocab import UNK_ID, Vocab
 
 
 def idf_weights(id_lists: Iterable[Sequence[int]], vocab_size: int) -> np.ndarray:

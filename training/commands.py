@@ -261,7 +261,7 @@ def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
         return
     from rich.console import Console
 
-    from qres.corpus import CorpusError
+    from qres.corpus.readers import CorpusError
     from qres.training.config import TrainConfig, TrainError
     from qres.training.rundir import history_table
     from qres.training.train import train as run_training
@@ -302,7 +302,7 @@ def _finetune_transformer(out_dir: Path, base: Path | None, options: dict) -> No
         _fail("--encoder transformer needs --base DIR (a sentence-transformers model)")
     if options["dataset"] != "semeval2016":
         _fail("--encoder transformer trains on semeval2016 only")
-    from qres.corpus import CorpusError
+    from qres.corpus.readers import CorpusError
     from qres.training.finetune_transformer import finetune
     from qres.training.import_encoder import EncoderImportError
 
@@ -466,9 +466,10 @@ def _build_default_set() -> None:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from qres import model_set
+    from qres.encoders import model_set
+    from qres.training import default_set
 
-    missing = model_set.extra_missing()
+    missing = default_set.extra_missing()
     if missing:
         _fail(missing)
     console = Console(stderr=True)
@@ -483,11 +484,11 @@ def _build_default_set() -> None:
     with bar:
         task = bar.add_task("default model set", total=None)
         try:
-            done = model_set.build(
+            done = default_set.build(
                 step=lambda what: bar.update(task, description=what),
                 warn=lambda message: console.print(message, highlight=False, markup=False),
             )
-        except model_set.BuildError as err:
+        except default_set.BuildError as err:
             bar.stop()
             _fail(str(err))
     for name, action in done:

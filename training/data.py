@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from qres.corpus import CorpusError, Question, read_corpus
-from qres.datasets import (
+from qres.corpus.readers import CorpusError, Question, read_corpus
+from qres.datasets.benchmarks import (
     LAYOUTS,
     RankingQuery,
     TrainQuery,
@@ -31,8 +31,8 @@ from qres.datasets import (
     load_semeval_file,
     read_askubuntu_train,
 )
+from qres.encoders.vocab import Vocab, pad_batch
 from qres.text import tokenize
-from qres.vocab import Vocab, pad_batch
 
 DATASETS = ("semeval2016", "askubuntu")
 

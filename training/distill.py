@@ -2,7 +2,7 @@
 encoder's similarities between unlabelled questions.
 
 The teacher is any qres model directory, run by qres's own onnxruntime encoder
-(:class:`qres.encoder.Encoder`), e.g. a transformer made by ``qres import-encoder``. The
+(:class:`qres.encoders.runtime.Encoder`), e.g. a transformer made by ``qres import-encoder``. The
 unlabelled pool is the labelled data's training questions (never its dev questions) plus
 every ``--unlabelled`` corpus (any format ``qres index`` reads), repeated texts once.
 
@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from qres import paths
-from qres.corpus import Question, read_corpus
+from qres.corpus.readers import Question, read_corpus
+from qres.encoders.vocab import Vocab
 from qres.training.config import TrainError
 from qres.training.data import TokenizedQuestions, TrainingData
-from qres.vocab import Vocab
 
 NEAREST = 10  # neighbours of an anchor are drawn from its this many nearest by the teacher
 HELDOUT_FRACTION = 0.1  # train queries held out to choose the epoch (dev is never read)
@@ -45,8 +45,9 @@ def cache_dir() -> Path:
 
 
 def load_teacher(model_dir: str | Path):
-    """The teacher's :class:`qres.encoder.Encoder`; a bad directory is a :class:`TrainError`."""
-    from qres.encoder import Encoder, EncoderError
+    """The teacher's :class:`qres.encoders.runtime.Encoder`; a bad directory is a
+    :class:`TrainError`."""
+    from qres.encoders.runtime import Encoder, EncoderError
 
     try:
         return Encoder.load(model_dir)
@@ -55,7 +56,7 @@ def load_teacher(model_dir: str | Path):
 
 
 def read_unlabelled(files: Sequence[str | Path]) -> list[Question]:
-    """Every question of the ``--unlabelled`` corpora (``qres.corpus`` readers)."""
+    """Every question of the ``--unlabelled`` corpora (``qres.corpus.readers`` readers)."""
     return [q for path in files for q in read_corpus(path)]
 
 

@@ -8,7 +8,7 @@ Five architectures from the question-retrieval papers (Lei et al. 2016, dos Sant
 * ``cnn`` — one convolution of width 3 over the last 3 words, tanh, d=667;
 * ``bigru`` — a GRU each way, 200+200, max pooling.
 
-Batches are right-padded (``qres.vocab.pad_batch``): real tokens first, then padding. The
+Batches are right-padded (``qres.encoders.vocab.pad_batch``): real tokens first, then padding. The
 mask keeps padding out of every result: recurrences run left to right so padding never
 reaches a real position (the RCNN also holds its state on masked steps), the backward GRU
 reads each sequence reversed within its own length, the convolution looks only backwards,
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qres.vocab import UNK_ID
+from qres.encoders.vocab import UNK_ID
 
 ENCODERS = ("rcnn", "gru", "lstm", "cnn", "bigru")
 DEFAULT_HIDDEN = {"rcnn": 400, "gru": 280, "lstm": 240, "cnn": 667, "bigru": 200}

@@ -1,7 +1,7 @@
 """Rerank each dev query's candidates by cosine similarity and score MAP, MRR, P@1, P@5.
 
 ``encode`` is any function from questions to unit vectors [n, dim]: the torch model during
-training, or ``qres.encoder.Encoder.encode_questions`` for an exported model, so the same
+training, or ``qres.encoders.runtime.Encoder.encode_questions`` for an exported model, so the same
 code scores both.
 """
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from qres.corpus import Question
-from qres.datasets import RankingQuery
-from qres.metrics import summarize
+from qres.corpus.readers import Question
+from qres.datasets.benchmarks import RankingQuery
+from qres.evaluation.ranking_metrics import summarize
 
 Encode = Callable[[Sequence[Question]], np.ndarray]
 # (represented questions, query row, candidate rows) -> candidate scores

@@ -1,4 +1,5 @@
-"""Export a trained encoder to an ONNX model directory that ``qres.encoder.Encoder`` serves.
+"""Export a trained encoder to an ONNX model directory that ``qres.encoders.runtime.Encoder``
+serves.
 
 Graphs are exported with torch's TorchScript-based exporter (``dynamo=False``): the RCNN
 recurrence is a scripted loop (``qres.training.encoders.rcnn_recurrence``) and becomes an ONNX
@@ -12,7 +13,7 @@ Every export is checked: onnxruntime must match torch within 1e-4 on random batc
 1, 3 and 16 rows and lengths 1, 7 and the maximum.
 
 A BOW-CNN run (``qres.training.bowcnn``) exports its CNN encoder this way and adds its learned
-bag-of-words weights, ``bow_weights.npy``, for ``qres.bowcnn.BowCnnScorer``.
+bag-of-words weights, ``bow_weights.npy``, for ``qres.encoders.bowcnn_scorer.BowCnnScorer``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from qres.bowcnn import SCORER
-from qres.encoder import CARD_FORMAT, VOCAB_FILE, fingerprint
-from qres.model import BOW_WEIGHTS_FILE, OPTIONAL_FILES, core_roles, manifest, write_card
+from qres.encoders.bowcnn_scorer import SCORER
+from qres.encoders.manifest import (
+    BOW_WEIGHTS_FILE,
+    OPTIONAL_FILES,
+    core_roles,
+    manifest,
+    write_card,
+)
+from qres.encoders.runtime import CARD_FORMAT, VOCAB_FILE, fingerprint
 from qres.text import BODY_MAX_TOKENS, TITLE_MAX_TOKENS
 from qres.training.bowcnn import is_bowcnn_run, load_bowcnn
 from qres.training.encoders import FieldEncoder
@@ -118,8 +125,9 @@ def export_onnx(source: str | Path, out_dir: str | Path) -> dict:
 
     A BOW-CNN run (run.json ``"scorer": "bow-cnn"``) exports its CNN encoder the same way,
     plus ``bow_weights.npy`` (float32 [vocab]) and the card fields ``scorer`` and ``beta``
-    that ``qres.bowcnn.BowCnnScorer`` reads. The card's manifest lists every file written
-    (:mod:`qres.model`).
+    that ``qres.encoders.bowcnn_scorer.BowCnnScorer`` reads. The card's manifest lists every file
+    written
+    (:mod:`qres.encoders.manifest`).
     """
     if is_bowcnn_run(source):
         return _export_bowcnn(source, out_dir)

@@ -6,7 +6,7 @@ query's own non-relevant candidates as its hard negative. The loss is the in-bat
 (multiple-negatives ranking, scale 20): every other example's positive and every hard
 negative in the batch are negatives. AdamW with linear warm-up over the first 10% of the
 steps. A fixed number of epochs is run: no dev set is read, so dev stays unseen. Questions
-are the text the serving side encodes (:attr:`qres.corpus.Question.text`), cut to the
+are the text the serving side encodes (:attr:`qres.corpus.readers.Question.text`), cut to the
 model's ``max_seq_length``. The result is a sentence-transformers directory; ``qres
 import-encoder sentence-transformers`` turns it into a served model directory.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from qres.datasets import dataset_dir, load_semeval
+from qres.datasets.benchmarks import dataset_dir, load_semeval
 from qres.training.import_encoder import load_sentence_transformer
 
 SCALE = 20.0

@@ -5,9 +5,9 @@ model's ``1_Pooling/config.json`` says) and L2 normalisation inside: inputs ``in
 and ``attention_mask`` (int64 [batch, length], both axes dynamic), output ``vector``
 (float32 [batch, dim]). The tokenizer is the model's Hugging Face ``tokenizers`` file, so
 serving needs onnxruntime and ``tokenizers``, never torch or transformers. The card is the
-one GRU models carry (:mod:`qres.encoder`), with ``architecture: "transformer"``.
+one GRU models carry (:mod:`qres.encoders.runtime`), with ``architecture: "transformer"``.
 
-Every import is checked: the directory is loaded back through :class:`qres.encoder.Encoder`
+Every import is checked: the directory is loaded back through :class:`qres.encoders.runtime.Encoder`
 and must match sentence-transformers within 1e-4 on texts of 1, 7 and ``max_seq_tokens``
 tokens (and longer ones, cut). ``quantize="int8"`` adds onnxruntime dynamic quantisation of
 the weights (MatMul/Gemm to int8); its parity is reported, not enforced.
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from qres.encoder import CARD_FORMAT, TRANSFORMER, Encoder, fingerprint
-from qres.model import core_roles, manifest, write_card
+from qres.encoders.manifest import core_roles, manifest, write_card
+from qres.encoders.runtime import CARD_FORMAT, TRANSFORMER, Encoder, fingerprint
 from qres.training.export import OPSET, onnx_graph
 
 PARITY_TOLERANCE = 1e-4
@@ -230,6 +230,6 @@ def _quantize_int8(path: Path) -> None:
 
 
 def _write_card(out_dir: Path, card: dict) -> None:
-    """The card with its manifest (every file and its sha256, :mod:`qres.model`)."""
+    """The card with its manifest (every file and its sha256, :mod:`qres.encoders.manifest`)."""
     card["files"] = manifest(out_dir, core_roles(card))
     write_card(out_dir, card)

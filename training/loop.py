@@ -25,12 +25,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from qres.corpus import Question
+from qres.corpus.readers import Question
+from qres.encoders.vocab import Vocab
 from qres.training.config import TrainConfig
 from qres.training.data import Example, HardNegatives, TrainingData, encode_id_lists, epoch_examples
 from qres.training.encoders import QuestionEncoder
 from qres.training.rundir import BEST_FILE, LAST_FILE, METRICS, RUN_FILE, save_json
-from qres.vocab import Vocab
 
 
 def torch_encoder(

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from qres.encoders.vocab import PAD_ID, UNK_ID, pad_batch
 from qres.training.encoders import CORES, QuestionEncoder
-from qres.vocab import PAD_ID, UNK_ID, pad_batch
 
 HELDOUT_SHARE = 0.05
 UNK_CLASS, EOS_CLASS = 0, 1

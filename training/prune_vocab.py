@@ -21,11 +21,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from qres.corpus import read_corpus
-from qres.encoder import CARD_FILE, VOCAB_FILE, fingerprint, graph_files
-from qres.model import FUSION_FILE, core_roles, manifest, write_card
+from qres.corpus.readers import read_corpus
+from qres.encoders.manifest import FUSION_FILE, core_roles, manifest, write_card
+from qres.encoders.runtime import CARD_FILE, VOCAB_FILE, fingerprint, graph_files
+from qres.encoders.vocab import Vocab
 from qres.text import tokenize
-from qres.vocab import Vocab
 
 EMBEDDING = "encoder.embedding.table.weight"
 

@@ -3,7 +3,7 @@ or resume, and loading what it trained.
 
 * ``run.json`` — the settings (``TrainConfig``, ``EncoderConfig``), data files, vector source,
   per-epoch history and best dev metrics; rewritten after every epoch;
-* ``vocab.txt`` — the vocabulary (``qres.vocab``);
+* ``vocab.txt`` — the vocabulary (``qres.encoders.vocab``);
 * ``last.pt`` — model, optimiser and early-stopping state after the last finished epoch
   (what ``resume`` continues from); ``best.pt`` — the model of the best dev epoch;
 * ``pretrained.pt`` — the encoder after pre-training, before fine-tuning (when pre-trained).
@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 from rich.table import Table
 
+from qres.encoders.vocab import Vocab
 from qres.training.config import TrainConfig, TrainError
 from qres.training.data import TrainingData, vocab_sentences
 from qres.training.encoders import EncoderConfig, QuestionEncoder
 from qres.training.vectors import build_vocab, load_vectors
-from qres.vocab import Vocab
 
 RUN_FILE, VOCAB_FILE, LAST_FILE, BEST_FILE = "run.json", "vocab.txt", "last.pt", "best.pt"
 PRETRAINED_FILE = "pretrained.pt"  # the encoder after pre-training, before fine-tuning

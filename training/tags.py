@@ -4,7 +4,7 @@ The head is one linear layer on the encoder's unit vector, trained with sigmoid
 cross-entropy against the question's tags (StackExchange ``RELQ_TAGS``; Qatar Living's
 ``RELQ_CATEGORY`` as a single label). ``qres train --tags`` adds it to the ranking loss:
 ``loss = α · ranking + β · tags``. The questions of the dev queries are held out and scored
-with P@5, R@5 and MAP (``qres.tags.tag_metrics``), beside a TF-IDF one-vs-rest logistic
+with P@5, R@5 and MAP (``qres.evaluation.tag_metrics``), beside a TF-IDF one-vs-rest logistic
 regression trained on the same questions.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from qres.corpus import Question
-from qres.model import TAGS_FILE, add_to_manifest
-from qres.tags import tag_metrics
+from qres.corpus.readers import Question
+from qres.encoders.manifest import TAGS_FILE, add_to_manifest
+from qres.evaluation.tag_metrics import tag_metrics
 from qres.text import tokenize
 
 

@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from qres.corpus import Question
-from qres.tags import TAG_METRICS
+from qres.corpus.readers import Question
+from qres.encoders.vocab import Vocab
+from qres.evaluation.tag_metrics import TAG_METRICS
 from qres.training.adapt import (
     DomainClassifier,
     TargetDomain,
@@ -68,7 +69,6 @@ from qres.training.rundir import (
     save_json,
 )
 from qres.training.tags import TagHead, head_metrics, tag_labels, tagged_split, tfidf_baseline
-from qres.vocab import Vocab
 
 __all__ = ["TrainConfig", "TrainError", "distill_step", "train", "train_step"]
 

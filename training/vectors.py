@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qres.vocab import Vocab
+from qres.encoders.vocab import Vocab
 
 VECTOR_SOURCES = ("glove50", "word2vec", "random")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qres.corpus import Question
+from qres.corpus.readers import Question
 
 
 class BackendError(RuntimeError):

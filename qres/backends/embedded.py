@@ -51,7 +51,7 @@ import numpy as np
 import tantivy
 
 from qres.backends.base import Backend, BackendError, Candidates, Hit, IndexFormatError
-from qres.corpus import Question
+from qres.corpus.readers import Question
 from qres.text import bm25_terms
 
 ANALYZERS = ("english", "plain")

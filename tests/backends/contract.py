@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from qres.backends.base import BackendError
-from qres.corpus import Question
+from qres.corpus.readers import Question
 
 QUESTIONS = [
     Question(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import Question, read_corpus
+from qres.corpus.readers import Question, read_corpus
 from qres.text import bm25_terms
 
 DEMO = Path(__file__).resolve().parents[2] / "qres" / "data" / "demo" / "questions.tsv"

@@ -54,7 +54,7 @@ class TestElasticsearchContract(BackendContract):
 
 @pytest.fixture(scope="module")
 def semeval_questions(shared_data):
-    from qres.corpus import read_corpus
+    from qres.corpus.readers import read_corpus
 
     path = shared_data / "semeval2016-task3" / "SemEval2016-Task3-CQA-QL-dev.xml"
     return list(read_corpus(path, "semeval-xml"))
@@ -108,10 +108,10 @@ def test_two_models_rank_as_on_the_embedded_backend(make_backend, semeval_questi
     the hybrid over both cosines gives the same fused scores (BM25 divided by the top score,
     so Lucene's constant (k1 + 1) factor cancels) and the same per-model cosines."""
     from qres.backends.embedded import EmbeddedBackend
-    from qres.encoder import Encoder
-    from qres.fusion import Fusion
-    from qres.indexing import index_questions
-    from qres.search import SearchPipeline
+    from qres.encoders.runtime import Encoder
+    from qres.indexing.pipeline import index_questions
+    from qres.ranking.fusion import Fusion
+    from qres.ranking.search import SearchPipeline
     from tests.safety_helpers import write_model
 
     a = Encoder.load(write_model(tmp_path / "a", dim=16, seed=0))

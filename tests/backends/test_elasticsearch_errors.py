@@ -17,7 +17,7 @@ from elastic_transport import ConnectionTimeout, TlsError
 
 from qres.backends.base import BackendError
 from qres.backends.elasticsearch import EsBackend, EsConfig, load_config
-from qres.kibana import KibanaError, import_saved_objects, kibana_setup
+from qres.backends.elasticsearch.kibana import KibanaError, import_saved_objects, kibana_setup
 
 from .contract import QUESTIONS, vectors_for
 from .test_elasticsearch_requests import (

@@ -12,8 +12,8 @@ import pytest
 
 from qres.backends.base import Backend, BackendError, Candidates, Hit, IndexFormatError
 from qres.backends.elasticsearch.requests import COSINE_SCRIPT, cosine_source
-from qres.fusion import Fusion
-from qres.search import SearchPipeline
+from qres.ranking.fusion import Fusion
+from qres.ranking.search import SearchPipeline
 from qres.text import bm25_terms
 
 from ..fakes import TableEncoder
@@ -368,7 +368,7 @@ def test_a_model_held_already_is_refused(cluster):
 def test_index_questions_with_two_models_writes_both_on_elasticsearch(tmp_path):
     """qres index --backend elasticsearch --model A --model B: the models are recorded, then
     every question is sent with a vector of each (no longer refused)."""
-    from qres.indexing import index_questions
+    from qres.indexing.pipeline import index_questions
 
     c = FakeCluster()
     state = {"meta": {"format": 2, "analyzer": "english", "title_boost": 2.0}, "dims": {}}

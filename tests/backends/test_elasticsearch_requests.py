@@ -35,10 +35,10 @@ from qres.backends.elasticsearch import (
     query_terms,
     search_log_document,
 )
-from qres.corpus import Question
-from qres.fusion import Fusion
-from qres.kibana import SAVED_OBJECTS, import_saved_objects
-from qres.search import SearchPipeline
+from qres.backends.elasticsearch.kibana import SAVED_OBJECTS, import_saved_objects
+from qres.corpus.readers import Question
+from qres.ranking.fusion import Fusion
+from qres.ranking.search import SearchPipeline
 from qres.text import bm25_terms
 
 from ..fakes import TableEncoder

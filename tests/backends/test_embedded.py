@@ -8,7 +8,7 @@ import pytest
 
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
-from qres.corpus import Question
+from qres.corpus.readers import Question
 
 from .contract import QUESTIONS, BackendContract, vectors_for
 
@@ -62,7 +62,7 @@ def test_killed_writer_keeps_committed_questions_and_rerun_completes(tmp_path):
         f"""
         import os, numpy as np
         from qres.backends.embedded import EmbeddedBackend
-        from qres.corpus import Question
+        from qres.corpus.readers import Question
         b = EmbeddedBackend({str(path)!r}, create=True)
         b.upsert([Question(f"q{{i}}", f"title {{i}} usb", "body") for i in range(50)],
                  np.ones((50, 4), np.float32))

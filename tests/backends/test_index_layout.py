@@ -9,7 +9,7 @@ import tantivy
 
 from qres.backends.base import IndexFormatError
 from qres.backends.embedded import FORMAT, EmbeddedBackend
-from qres.corpus import Question
+from qres.corpus.readers import Question
 
 QUESTION = Question("q1", "Booting Ubuntu from a USB stick", "Ünïcode body,\ntwo lines", ("usb",))
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
+from qres.encoders.vocab import pad_batch
 from qres.training.encoders import EncoderConfig, QuestionEncoder
-from qres.vocab import pad_batch
 from tests.askubuntu_fixture import FIXTURE
 
 __all__ = ["FIXTURE"]
@@ -72,7 +72,7 @@ def write_semeval_fixture(folder: Path) -> Path:
     import csv
     import xml.etree.ElementTree as ET
 
-    from qres.corpus import read_corpus
+    from qres.corpus.readers import read_corpus
 
     questions = list(read_corpus(FIXTURE / "text_tokenized.txt", "askubuntu"))
     by_topic: dict[str, list] = {}

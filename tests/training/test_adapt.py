@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from qres.corpus import CorpusError
+from qres.corpus.readers import CorpusError
+from qres.encoders.vocab import Vocab
 from qres.training.adapt import DomainClassifier, load_target, probe_accuracy, reverse_gradient
 from qres.training.train import train
-from qres.vocab import Vocab
 from tests.training.helpers import tensors, tiny_config, tiny_model
 
 BREAD = [

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from qres.bowcnn import BOW_WEIGHTS_FILE, BowCnnScorer, is_bowcnn_model
-from qres.corpus import Question
-from qres.encoder import EncoderError
+from qres.corpus.readers import Question
+from qres.encoders.bowcnn_scorer import BOW_WEIGHTS_FILE, BowCnnScorer, is_bowcnn_model
+from qres.encoders.runtime import EncoderError
 from qres.training.bowcnn import (
     BowCnn,
     evaluate_scorer,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from qres.encoder import Encoder
+from qres.encoders.runtime import Encoder
 from qres.training.commands import TORCH_MISSING, export_onnx, train
 from tests.training.helpers import FIXTURE
 

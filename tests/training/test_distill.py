@@ -11,8 +11,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from qres.corpus import Question
-from qres.encoder import Encoder
+from qres.corpus.readers import Question
+from qres.encoders.runtime import Encoder
 from qres.training.commands import export_onnx, train
 from qres.training.config import TrainError
 from qres.training.data import hold_out_train, load_dataset

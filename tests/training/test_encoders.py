@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from qres.encoders.vocab import UNK_ID
 from qres.training.encoders import (
     ENCODERS,
     POOLINGS,
@@ -13,7 +14,6 @@ from qres.training.encoders import (
     rcnn_recurrence,
     rcnn_recurrence_scripted,
 )
-from qres.vocab import UNK_ID
 from tests.training.helpers import tensors, tiny_model
 
 CASES = [(kind, pooling) for kind in ENCODERS for pooling in POOLINGS[kind]]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from qres.corpus import Question
-from qres.encoder import Encoder
+from qres.corpus.readers import Question
+from qres.encoders.runtime import Encoder
 from qres.training.data import encode_id_lists
 from qres.training.encoders import ENCODERS, POOLINGS
 from qres.training.export import export_field_encoder, export_onnx, parity_error

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from qres.cli import cli
-from qres.corpus import Question
-from qres.encoder import Encoder, EncoderError
+from qres.corpus.readers import Question
+from qres.encoders.runtime import Encoder, EncoderError
 from qres.training.commands import import_encoder
 from qres.training.import_encoder import (
     EncoderImportError,
@@ -59,7 +59,7 @@ def test_vectors_match_sentence_transformers_on_1_7_and_256_tokens(imported):
 def test_the_packaged_minilm_converts_to_the_model_the_shipped_fusion_was_fitted_for(imported):
     """`qres import-encoder default` builds MiniLM exactly so: with the pinned torch the ONNX
     graph is byte-identical, so the default set's shipped fusion applies to it."""
-    from qres import model_set
+    from qres.encoders import model_set
 
     _, card, _ = imported
     assert card["fingerprint"] == model_set.expected_fingerprints()["minilm"]

@@ -7,11 +7,11 @@ import math
 
 import torch
 
+from qres.encoders.vocab import Vocab
 from qres.training.data import TokenizedQuestions, load_dataset
 from qres.training.pretrain import TitleDecoder, heldout_perplexity, pretrain, split_heldout
 from qres.training.rundir import PRETRAINED_FILE
 from qres.training.train import train
-from qres.vocab import Vocab
 from tests.training.helpers import FIXTURE, tiny_config, tiny_model
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 
-from qres.corpus import Question
-from qres.encoder import Encoder
+from qres.corpus.readers import Question
+from qres.encoders.runtime import Encoder
 from qres.training.prune_vocab import corpus_words, prune_vocab
 
 from ..test_serving_model import MODEL

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from qres.corpus import Question
-from qres.tags import TagPredictor, tag_metrics
+from qres.corpus.readers import Question
+from qres.encoders.tag_head import TagPredictor
+from qres.evaluation.tag_metrics import tag_metrics
 from qres.training.tags import TagHead, tfidf_baseline
 from qres.training.train import TrainError, train
 from tests.training.helpers import tiny_config, write_semeval_fixture

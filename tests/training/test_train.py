@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from qres.corpus import Question
-from qres.datasets import RankingQuery, TrainQuery
-from qres.encoder import Encoder
+from qres.corpus.readers import Question
+from qres.datasets.benchmarks import RankingQuery, TrainQuery
+from qres.encoders.runtime import Encoder
 from qres.training.config import TrainConfig, TrainError
 from qres.training.data import (
     TokenizedQuestions,

@@ -7,6 +7,7 @@ import gzip
 import numpy as np
 import pytest
 
+from qres.encoders.vocab import PAD, UNK
 from qres.training.vectors import (
     VectorsError,
     WordVectors,
@@ -15,7 +16,6 @@ from qres.training.vectors import (
     read_text_vectors,
     train_word2vec,
 )
-from qres.vocab import PAD, UNK
 
 
 def write(path, text, zipped=False):

@@ -60,7 +60,7 @@ from qres.backends.elasticsearch.requests import (
     terms_fields,
     vector_field,
 )
-from qres.corpus import Question
+from qres.corpus.readers import Question
 
 log = logging.getLogger(__name__)
 

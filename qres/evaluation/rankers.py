@@ -3,11 +3,11 @@ with its score, best first) and ``top(queries, k)`` (the first k of the whole co
 
 * ``given-order`` — the order the dataset ships: AskUbuntu's Lucene BM25 scores, SemEval's
   search-engine order (RELQ_RANKING_ORDER); Android pairs have none;
-* ``bm25``, ``dense``, ``hybrid`` — qres's own :class:`qres.search.SearchPipeline`, the
+* ``bm25``, ``dense``, ``hybrid`` — qres's own :class:`qres.ranking.search.SearchPipeline`, the
   production query path, restricted to the query's candidates. The texts are indexed into an
   evaluation index (SemEval: every related question of the train and dev files; AskUbuntu:
   the queries and candidates of the corpus file given with ``corpus``; Android: its corpus);
-* ``bow-cnn`` — a BOW-CNN model's similarity (:mod:`qres.bowcnn`), no index needed.
+* ``bow-cnn`` — a BOW-CNN model's similarity (:mod:`qres.encoders.bowcnn_scorer`), no index needed.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from itertools import islice
 import numpy as np
 
 from qres.backends.base import Backend, BackendError, index_models
-from qres.corpus import Question
-from qres.indexing import index_questions
-from qres.search import MODES, SearchPipeline
+from qres.corpus.readers import Question
+from qres.indexing.pipeline import index_questions
+from qres.ranking.search import MODES, SearchPipeline
 
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
 # Corpus questions the BOW-CNN scorer compares with all queries at once (bounds memory).

@@ -28,10 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qres.metrics import average_precision, precision_at, reciprocal_rank
+from qres.evaluation.ranking_metrics import average_precision, precision_at, reciprocal_rank
+from qres.ranking.fusion import METHODS, Fusion, ltr_features, normalize_bm25, score, signals
 
-METHODS = ("weighted-sum", "rrf", "pairwise-linear")
-RRF_K = 60.0
 GRID_STEPS = 20
 L2 = 1.0
 
@@ -42,32 +41,6 @@ class CandidateList:
     split: str
     x: np.ndarray  # [n, 1 + M] float: bm25 / top bm25, then the cosines
     labels: np.ndarray  # [n] bool
-
-
-def signals(bm25: np.ndarray, cosines: Sequence[np.ndarray]) -> np.ndarray:
-    top = float(np.max(bm25)) if len(bm25) else 0.0
-    normalised = bm25 / top if top > 0 else np.zeros_like(bm25)
-    return np.stack([normalised, *cosines], axis=1).astype(np.float64)
-
-
-def _inverse_ranks(x: np.ndarray) -> np.ndarray:
-    """1 / (RRF_K + rank) of each candidate under each signal (rank 1 = highest)."""
-    ranks = np.argsort(np.argsort(-x, axis=0, kind="stable"), axis=0) + 1
-    return 1.0 / (RRF_K + ranks)
-
-
-def _ltr_features(x: np.ndarray) -> np.ndarray:
-    return np.hstack([x, RRF_K * _inverse_ranks(x)])
-
-
-def score(method: str, params: list[float] | None, x: np.ndarray) -> np.ndarray:
-    if method == "weighted-sum":
-        return x @ np.asarray(params)
-    if method == "rrf":
-        return _inverse_ranks(x).sum(axis=1)
-    if method == "pairwise-linear":
-        return _ltr_features(x) @ np.asarray(params)
-    raise ValueError(f"unknown fusion method {method!r} (one of {', '.join(METHODS)})")
 
 
 def fit(method: str, lists: Sequence[CandidateList]) -> list[float] | None:
@@ -121,7 +94,7 @@ def _fit_pairwise(lists: Sequence[CandidateList]) -> list[float]:
 
     diffs = []
     for c in lists:
-        f = _ltr_features(c.x)
+        f = ltr_features(c.x)
         pos, neg = f[c.labels], f[~c.labels]
         if len(pos) and len(neg):
             diffs.append((pos[:, None, :] - neg[None, :, :]).reshape(-1, f.shape[1]))
@@ -188,8 +161,8 @@ def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[Can
     are encoded whole (title and body), as ``qres evaluate`` does; BM25 comes from the
     first backend's restricted search, as in the production pipeline.
     """
-    from qres.datasets import dataset_dir, load_semeval, semeval_questions
-    from qres.rankers import ensure_index
+    from qres.datasets.benchmarks import dataset_dir, load_semeval, semeval_questions
+    from qres.evaluation.rankers import ensure_index
 
     folder = dataset_dir("semeval2016", data_dir)
     for backend, encoder in models:
@@ -212,3 +185,41 @@ def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[Can
             labels = np.array([c in q.relevant for c in ids], dtype=bool)
             lists.append(CandidateList(q.id, split, signals(bm25, cosines), labels))
     return lists
+
+
+def features(bm25: np.ndarray, cosine: np.ndarray) -> np.ndarray:
+    return np.stack([normalize_bm25(bm25), cosine], axis=1)
+
+
+def tune_fusion(
+    lists: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    source: str,
+    steps: int = 100,
+    tuned_on: str | None = None,
+) -> Fusion:
+    """The mix (1 - a) · BM25/top + a · cosine that maximises MAP over candidate lists.
+
+    ``lists``: per query, (bm25 scores, cosines, 0/1 labels) of its candidates. ``a`` is
+    searched on a grid of ``steps + 1`` points; of equally good values the middle one of
+    the best run is taken. MAP is what the papers rank by, so it is optimised directly
+    rather than through a pointwise surrogate.
+    """
+    grid = np.linspace(0.0, 1.0, steps + 1)
+    feats = [(features(b, c), labels.astype(bool)) for b, c, labels in lists]
+    quality = np.array([_mean_ap(feats, a) for a in grid])
+    best = np.flatnonzero(quality >= quality.max() - 1e-12)
+    a = float(grid[best[len(best) // 2]])
+    return Fusion(
+        bm25=1.0 - a,
+        cosine=a,
+        source=f"{source}; MAP there {100 * quality.max():.2f}",
+        tuned_on=tuned_on,
+    )
+
+
+def _mean_ap(feats, a: float) -> float:
+    aps = []
+    for x, relevant in feats:
+        order = np.argsort(-((1 - a) * x[:, 0] + a * x[:, 1]), kind="stable")
+        aps.append(average_precision(relevant[order]))
+    return float(np.mean(aps))

@@ -4,7 +4,7 @@ Modes:
 
 * ``bm25`` — the first stage alone;
 * ``dense`` — the BM25 top-K re-ordered by cosine similarity to the query vector;
-* ``hybrid`` — the BM25 top-K re-ordered by the fused score (:mod:`qres.fusion`).
+* ``hybrid`` — the BM25 top-K re-ordered by the fused score (:mod:`qres.ranking.fusion`).
 
 A candidate without a stored vector cannot be rescored: in dense and hybrid modes such
 candidates follow the rescored ones, in their BM25 order, and are flagged in the result.
@@ -14,8 +14,8 @@ was indexed with) and that model's fusion weights.
 
 An index of several models (``qres index --model A --model B``) is searched with all of
 them: the query is encoded by each, every candidate gets one cosine per model, and the
-fusion (``--fusion FILE``, see :mod:`qres.fusion`; without one, the shipped fusion of
-:mod:`qres.model_set` when the index holds exactly that set, else equal weights) combines
+fusion (``--fusion FILE``, see :mod:`qres.ranking.fusion`; without one, the shipped fusion of
+:mod:`qres.encoders.model_set` when the index holds exactly that set, else equal weights) combines
 BM25 with every cosine. Dense mode ranks by the mean of the cosines.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from qres.backends.base import Backend, BackendError, index_models
-from qres.fusion import DEFAULT, Fusion, normalize_bm25
+from qres.ranking.fusion import DEFAULT, Fusion, normalize_bm25, shipped_fusion_for
 
 MODES = ("bm25", "dense", "hybrid")
 DEFAULT_CANDIDATES = 100
@@ -84,8 +84,8 @@ def check_model_matches(backend: Backend, encoder) -> None:
 def _search_encoder(model_dir, threads, runtime):
     """(the opened model directory, its query encoder); a scorer search cannot apply is
     refused."""
-    from qres.encoder import Encoder
-    from qres.model import open_model
+    from qres.encoders.manifest import open_model
+    from qres.encoders.runtime import Encoder
 
     loaded = open_model(model_dir)
     loaded.require_search_scorer()
@@ -168,7 +168,7 @@ class SearchPipeline:
         model the index was built with (every model, in an index of several), and the fusion
         weights saved with that model, or the fusion file ``fusion`` (``threads``:
         onnxruntime threads per encoding, see :meth:`Encoder.from_model`; ``device`` as for
-        :meth:`qres.encoder.Runtime.from_env`)."""
+        :meth:`qres.encoders.runtime.Runtime.from_env`)."""
         meta = backend.metadata()
         if mode == "bm25":  # BM25 needs no model: whatever ``model`` names is not loaded
             model = None
@@ -181,7 +181,7 @@ class SearchPipeline:
             if mode in ("dense", "hybrid"):
                 raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
             return cls(backend, candidates=candidates, mode="bm25")
-        from qres.encoder import Runtime
+        from qres.encoders.runtime import Runtime
 
         loaded, encoder = _search_encoder(model, threads, Runtime.from_env(device))
         chosen = Fusion.read(fusion) if fusion is not None else Fusion.for_model(loaded)
@@ -190,8 +190,7 @@ class SearchPipeline:
     @classmethod
     def _for_models(cls, backend, held, mode, candidates, threads, device, fusion_file):
         """The pipeline over every model of an index of several, in the fusion's order."""
-        from qres.encoder import EncoderError, Runtime
-        from qres.model_set import shipped_fusion_for
+        from qres.encoders.runtime import EncoderError, Runtime
 
         runtime = Runtime.from_env(device)
         encoders = {}

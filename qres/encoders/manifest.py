@@ -1,6 +1,7 @@
 """A model directory's manifest: every file it owns, with its role and sha256, in the card.
 
-``model.json`` (see :mod:`qres.encoder`) lists the directory's components under ``"files"``::
+``model.json`` (see :mod:`qres.encoders.runtime`) lists the directory's components under
+``"files"``::
 
     "files": {
       "model.onnx":      {"role": "graph",       "sha256": "..."},
@@ -26,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from qres.encoder import (
+from qres.encoders.card import (
     CARD_FILE,
     EncoderError,
     fingerprint,
@@ -61,7 +62,8 @@ class Model:
 
     @property
     def scorer(self) -> str:
-        """How the model scores a pair: ``cosine``, or ``bow-cnn`` (:mod:`qres.bowcnn`)."""
+        """How the model scores a pair: ``cosine``, or ``bow-cnn``
+        (:mod:`qres.encoders.bowcnn_scorer`)."""
         return self.card.get("scorer", COSINE)
 
     def component(self, role: str) -> Path | None:

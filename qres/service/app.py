@@ -2,9 +2,10 @@
 
 A FastAPI app over one backend and one encoder, both opened once per worker process:
 
-* ``GET /search`` and ``POST /search`` run :class:`qres.search.SearchPipeline`;
+* ``GET /search`` and ``POST /search`` run :class:`qres.ranking.search.SearchPipeline`;
 * ``PUT /questions/{id}``, ``POST /questions`` (JSON lines) and ``DELETE /questions/{id}``
-  go through :class:`qres.writes.GroupCommitWriter`: a write is answered only after the
+  go through :class:`qres.indexing.group_commit.GroupCommitWriter`: a write is answered only after
+  the
   commit that holds it, so an acknowledged write is durable and already searchable;
 * ``/healthz``, ``/readyz``, ``/metrics`` (Prometheus), ``/docs`` (OpenAPI);
 * ``/`` (the demo forum's "ask a question" page) and ``/widget.js``.
@@ -43,9 +44,9 @@ from starlette.exceptions import HTTPException
 
 from qres.backends import open_backend
 from qres.backends.base import BackendError
-from qres.corpus import MAX_FIELD_CHARS, Question
-from qres.search import MODES, SearchPipeline, search_log_record
-from qres.writes import Delete, GroupCommitWriter, Upsert
+from qres.corpus.readers import MAX_FIELD_CHARS, Question
+from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
+from qres.ranking.search import MODES, SearchPipeline, search_log_record
 
 log = logging.getLogger("qres.serve")
 

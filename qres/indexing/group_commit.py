@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qres.backends.base import Backend
-from qres.corpus import Question
+from qres.corpus.readers import Question
 
 log = logging.getLogger("qres.serve")
 

@@ -18,7 +18,8 @@ Datasets:
   transfer: AUC(0.05) over every labelled pair, and MAP/MRR/P@k over each query's labelled
   candidates (queries without a positive left out, the AskUbuntu convention).
 
-Rankers (:mod:`qres.rankers`): ``given-order``, ``bm25``, ``dense``, ``hybrid``, ``bow-cnn``.
+Rankers (:mod:`qres.evaluation.rankers`): ``given-order``, ``bm25``, ``dense``, ``hybrid``,
+``bow-cnn``.
 
 Accuracy@k (dos Santos et al. 2015), asked for with ``accuracy_at``: each query with a relevant
 question ranks the whole corpus except itself, and counts a hit at k when a relevant question
@@ -37,11 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-from qres import metrics, significance
 from qres.backends.base import Backend, BackendError
-from qres.bowcnn import BowCnnScorer, is_bowcnn_model
-from qres.corpus import CorpusError, Question, read_corpus
-from qres.datasets import (
+from qres.corpus.readers import CorpusError, Question, read_corpus
+from qres.datasets.benchmarks import (
     LAYOUTS,
     RankingQuery,
     dataset_dir,
@@ -50,12 +49,15 @@ from qres.datasets import (
     load_semeval,
     semeval_questions,
 )
-from qres.fusion import Fusion
-from qres.model_set import FUSION_FILE, shipped_fusion_for
-from qres.rankers import ensure_index, make_ranker
-from qres.search import MODES, SearchPipeline
-from qres.significance import Comparison
-from qres.trec import read_run, write_run
+from qres.encoders.bowcnn_scorer import BowCnnScorer, is_bowcnn_model
+from qres.encoders.model_set import FUSION_FILE
+from qres.evaluation import ranking_metrics as metrics
+from qres.evaluation import significance
+from qres.evaluation.rankers import ensure_index, make_ranker
+from qres.evaluation.significance import Comparison
+from qres.evaluation.trec import read_run, write_run
+from qres.ranking.fusion import Fusion, shipped_fusion_for
+from qres.ranking.search import MODES, SearchPipeline
 
 DATASETS = ("askubuntu", "semeval2016", "android")
 AUC_MAX_FPR = 0.05
@@ -160,7 +162,8 @@ def evaluate(
     accuracy_at: Sequence[int] = (),
     corpus_backend: Backend | None = None,
 ) -> Evaluation:
-    """Rank each query's candidates with ``ranker`` (of ``qres.rankers.RANKERS``), score them.
+    """Rank each query's candidates with ``ranker`` (of ``qres.evaluation.rankers.RANKERS``), score
+    them.
 
     ``backend`` is the evaluation index of the qres rankers (filled on first use), ``encoder``
     and ``fusion`` their model, ``scorer`` the BOW-CNN scorer of ``bow-cnn``. ``accuracy_at``
@@ -486,7 +489,8 @@ def save_runs(path: Path, evaluations: Sequence[Evaluation]) -> list[tuple]:
 
 
 def compare(first: Evaluation, second: Evaluation) -> Comparison:
-    """Paired significance of ``second``'s MAP against ``first``'s (:mod:`qres.significance`)
+    """Paired significance of ``second``'s MAP against ``first``'s
+    (:mod:`qres.evaluation.significance`)
     over their per-query APs."""
 
     def aps(e: Evaluation) -> dict[str, float]:
@@ -497,7 +501,7 @@ def compare(first: Evaluation, second: Evaluation) -> Comparison:
 
 def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):
     """(BM25, cosine, label) arrays of every SemEval ``split`` query's candidates, scored by
-    the production pipeline: what :func:`qres.fusion.tune_fusion` learns from."""
+    the production pipeline: what :func:`qres.evaluation.fusion_fit.tune_fusion` learns from."""
     folder = dataset_dir("semeval2016", data_dir)
     labelled = load_semeval(folder, split)
     ensure_index(backend, lambda: semeval_questions(folder), encoder)

@@ -4,11 +4,12 @@ fused = w_bm25 · bm25 / max_bm25(query) + w_cosine · cosine + bias
 
 BM25 is divided by the query's top BM25 score so its scale no longer depends on query
 length; the cosine is in [-1, 1] already. The weights are learned by
-:func:`tune_fusion` (the mix that maximises MAP on labelled candidate lists, e.g. SemEval
-train) and saved as ``fusion.json`` in the model directory, listed in its manifest
-(:mod:`qres.model`); without that file :data:`DEFAULT` is used.
+:func:`qres.evaluation.fusion_fit.tune_fusion` (the mix that maximises MAP on labelled
+candidate lists, e.g. SemEval train) and saved as ``fusion.json`` in the model directory,
+listed in its manifest (:mod:`qres.encoders.manifest`); without that file :data:`DEFAULT` is used.
 
-``qres tune-fusion --cv K`` instead compares the fusions of :mod:`qres.fusion_cv` (weighted
+``qres tune-fusion --cv K`` instead compares the fusions of :mod:`qres.evaluation.fusion_fit`
+(weighted
 sum, reciprocal-rank fusion, pairwise learning to rank) by K-fold cross-validated MAP and
 keeps the best: ``method`` and ``params`` say which and with what parameters, ``cv`` holds
 each fold's parameters and queries, so ``qres evaluate`` scores each query it was tuned on
@@ -31,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+METHODS = ("weighted-sum", "rrf", "pairwise-linear")
+RRF_K = 60.0
+
 
 @dataclass(frozen=True)
 class Fusion:
@@ -39,7 +43,7 @@ class Fusion:
     bias: float = 0.0
     source: str = "default"
     tuned_on: str | None = None  # "dataset/split" whose labels chose the weights
-    method: str = "weighted-sum"  # or another method of qres.fusion_cv
+    method: str = "weighted-sum"  # or another method of qres.evaluation.fusion_fit
     params: list[float] | None = None  # that method's parameters, when not bm25/cosine
     cv: dict | None = None  # folds, fold_of (query → fold), per_fold params, CV metrics
     models: list[str] | None = None  # fingerprints of the fused cosines (None: one model's)
@@ -52,8 +56,6 @@ class Fusion:
             if len(cosines) != 1:
                 raise ValueError(f"this fusion has one cosine, not {len(cosines)}")
             return self.bm25 * normalize_bm25(bm25) + self.cosine * cosines[0] + self.bias
-        from qres.fusion_cv import score, signals
-
         return score(self.method, self.params, signals(bm25, cosines)) + self.bias
 
     @classmethod
@@ -100,7 +102,7 @@ class Fusion:
 
     def save(self, model_dir: str | Path) -> Path:
         """Write ``fusion.json`` into a model directory and list it in the manifest."""
-        from qres.model import FUSION_FILE, add_to_manifest
+        from qres.encoders.manifest import FUSION_FILE, add_to_manifest
 
         path = Path(model_dir) / FUSION_FILE
         path.write_text(json.dumps(asdict(self), indent=2))
@@ -110,13 +112,14 @@ class Fusion:
     @classmethod
     def load(cls, model_dir: str | Path) -> Fusion:
         """The fusion of a model directory (verified with the rest of it)."""
-        from qres.model import open_model
+        from qres.encoders.manifest import open_model
 
         return cls.for_model(open_model(model_dir))
 
     @classmethod
     def for_model(cls, model) -> Fusion:
-        """The fusion of an opened :class:`qres.model.Model`; :data:`DEFAULT` if it has none."""
+        """The fusion of an opened :class:`qres.encoders.manifest.Model`; :data:`DEFAULT` if it has
+        none."""
         path = model.component("fusion")
         return DEFAULT if path is None else cls(**json.loads(path.read_text()))
 
@@ -130,41 +133,39 @@ def normalize_bm25(scores: np.ndarray) -> np.ndarray:
     return scores / top if top > 0 else np.zeros_like(scores)
 
 
-def features(bm25: np.ndarray, cosine: np.ndarray) -> np.ndarray:
-    return np.stack([normalize_bm25(bm25), cosine], axis=1)
+def signals(bm25: np.ndarray, cosines: Sequence[np.ndarray]) -> np.ndarray:
+    """[n, 1 + M]: BM25 divided by the query's top BM25, then each model's cosine."""
+    return np.stack([normalize_bm25(bm25), *cosines], axis=1).astype(np.float64)
 
 
-def tune_fusion(
-    lists: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
-    source: str,
-    steps: int = 100,
-    tuned_on: str | None = None,
-) -> Fusion:
-    """The mix (1 - a) · BM25/top + a · cosine that maximises MAP over candidate lists.
-
-    ``lists``: per query, (bm25 scores, cosines, 0/1 labels) of its candidates. ``a`` is
-    searched on a grid of ``steps + 1`` points; of equally good values the middle one of
-    the best run is taken. MAP is what the papers rank by, so it is optimised directly
-    rather than through a pointwise surrogate.
-    """
-    grid = np.linspace(0.0, 1.0, steps + 1)
-    feats = [(features(b, c), labels.astype(bool)) for b, c, labels in lists]
-    quality = np.array([_mean_ap(feats, a) for a in grid])
-    best = np.flatnonzero(quality >= quality.max() - 1e-12)
-    a = float(grid[best[len(best) // 2]])
-    return Fusion(
-        bm25=1.0 - a,
-        cosine=a,
-        source=f"{source}; MAP there {100 * quality.max():.2f}",
-        tuned_on=tuned_on,
-    )
+def _inverse_ranks(x: np.ndarray) -> np.ndarray:
+    """1 / (RRF_K + rank) of each candidate under each signal (rank 1 = highest)."""
+    ranks = np.argsort(np.argsort(-x, axis=0, kind="stable"), axis=0) + 1
+    return 1.0 / (RRF_K + ranks)
 
 
-def _mean_ap(feats, a: float) -> float:
-    from qres.metrics import average_precision
+def ltr_features(x: np.ndarray) -> np.ndarray:
+    return np.hstack([x, RRF_K * _inverse_ranks(x)])
 
-    aps = []
-    for x, relevant in feats:
-        order = np.argsort(-((1 - a) * x[:, 0] + a * x[:, 1]), kind="stable")
-        aps.append(average_precision(relevant[order]))
-    return float(np.mean(aps))
+
+def score(method: str, params: list[float] | None, x: np.ndarray) -> np.ndarray:
+    if method == "weighted-sum":
+        return x @ np.asarray(params)
+    if method == "rrf":
+        return _inverse_ranks(x).sum(axis=1)
+    if method == "pairwise-linear":
+        return ltr_features(x) @ np.asarray(params)
+    raise ValueError(f"unknown fusion method {method!r} (one of {', '.join(METHODS)})")
+
+
+def default_set_fusion() -> Fusion:
+    """The fusion shipped for the default model set (:mod:`qres.encoders.model_set`)."""
+    from qres.encoders.model_set import FUSION_FILE
+
+    return Fusion.read(FUSION_FILE)
+
+
+def shipped_fusion_for(fingerprints) -> Fusion | None:
+    """The shipped fusion when it fuses exactly the models ``fingerprints``, else None."""
+    shipped = default_set_fusion()
+    return shipped if sorted(shipped.models or []) == sorted(fingerprints) else None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres import paths
-from qres.corpus import CorpusError, Question, open_text, read_corpus
+from qres.corpus.readers import CorpusError, Question, open_text, read_corpus
 
 # "Related" is the 2017 StackExchange sample's name for "Relevant".
 SEMEVAL_RELEVANT = frozenset({"PerfectMatch", "Relevant", "Related"})

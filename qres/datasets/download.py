@@ -1,6 +1,7 @@
 """``qres download``: fetch the public datasets into the qres data dir, resumably and verified.
 
-Every file lands in ``<dest>/<folder>/<path>`` (the layout of :data:`qres.datasets.LAYOUTS`,
+Every file lands in ``<dest>/<folder>/<path>`` (the layout of
+:data:`qres.datasets.benchmarks.LAYOUTS`,
 which ``qres evaluate`` and ``qres train`` read) by way of ``<path>.part``: bytes are appended to
 the ``.part`` (so an interrupted download resumes), its sha256 is checked, and only then is it
 renamed into place. Files whose checksum we could not pin are trusted on first use: the hash of
@@ -33,7 +34,7 @@ from rich.progress import (
 from rich.table import Column
 
 from qres import __version__, paths
-from qres.datasets import dataset_dir
+from qres.datasets.benchmarks import dataset_dir
 
 TIMEOUT_S = 30
 CHUNK_BYTES = 1 << 16

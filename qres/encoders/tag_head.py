@@ -1,7 +1,8 @@
-"""Tag suggestion from a model trained with ``qres train --tags``, and the tag metrics.
+"""Tag suggestion from a model trained with ``qres train --tags``, (the metrics that score it:
+:mod:`qres.evaluation.tag_metrics`).
 
 The model directory holds, beside the encoder, ``tags.npz`` (listed in the card's manifest,
-:mod:`qres.model`): the multi-label head's weights
+:mod:`qres.encoders.manifest`): the multi-label head's weights
 [tags, dim], biases [tags] and tag names. A tag's score is sigmoid(w · v + b) for the
 question vector v, the encoder's output that retrieval also uses.
 """
@@ -15,12 +16,9 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qres import metrics
-from qres.corpus import Question
-from qres.encoder import Encoder, EncoderError
-from qres.model import TAGS_FILE, open_model
-
-TAG_METRICS = ("P@5", "R@5", "MAP")
+from qres.corpus.readers import Question
+from qres.encoders.manifest import TAGS_FILE, open_model
+from qres.encoders.runtime import Encoder, EncoderError
 
 
 class TagPredictor:
@@ -56,31 +54,6 @@ class TagPredictor:
         row = self.scores([question])[0]
         order = np.argsort(-row, kind="stable")[:k]
         return [(self.labels[i], float(row[i])) for i in order]
-
-
-def tag_metrics(scores: np.ndarray, gold: Sequence[Sequence[str]], labels: Sequence[str]) -> dict:
-    """P@5, R@5 and MAP (percent) of each question's tags ranked by score.
-
-    ``scores`` is [questions, len(labels)]; a gold tag missing from ``labels`` still counts in
-    the recall and AP denominators (the model cannot suggest it). Questions without gold
-    tags are left out.
-    """
-    p5, r5, aps = [], [], []
-    for row, tags in zip(scores, gold, strict=True):
-        wanted = set(tags)
-        if not wanted:
-            continue
-        ranking = [labels[i] in wanted for i in np.argsort(-row, kind="stable")]
-        hits = sum(ranking[:5])
-        p5.append(metrics.precision_at(ranking, 5))
-        r5.append(hits / len(wanted))
-        aps.append(metrics.average_precision(ranking, len(wanted)))
-    return {
-        "P@5": 100 * float(np.mean(p5)) if p5 else 0.0,
-        "R@5": 100 * float(np.mean(r5)) if r5 else 0.0,
-        "MAP": 100 * float(np.mean(aps)) if aps else 0.0,
-        "questions": len(aps),
-    }
 
 
 @click.command(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from qres.corpus import CorpusError
+from qres.corpus.readers import CorpusError
 
 TIE_STEP = 1e-6
 

