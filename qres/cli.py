@@ -1008,6 +1008,11 @@ def info(obj: Context):
             details["questions"] = backend.count()
             details["index_metadata"] = backend.metadata()
             details.update(backend.storage())
+            for found in backend.leftovers():
+                details[f"leftover {found['path']}"] = (
+                    f"{found['bytes']:,} bytes left by an interrupted rebuild or compaction; "
+                    f"removed by {found['removed_by']}"
+                )
             connection = backend.describe()
             if connection:
                 details["connection"] = connection

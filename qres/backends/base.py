@@ -196,6 +196,11 @@ class Backend(ABC):
         """Space figures the user can act on (dead vector rows, …); empty if none apply."""
         return {}
 
+    def leftovers(self) -> list[dict]:
+        """What an interrupted rebuild or compaction left behind (``{"path", "bytes",
+        "removed_by"}`` each), for ``qres info``; the next writer removes it."""
+        return []
+
     def compact(self) -> dict:
         """Reclaim the space of replaced and deleted questions; returns figures before and
         after."""

@@ -29,8 +29,11 @@ leaves committed documents pointing at vectors that exist; rows written after th
 are unreferenced and harmless ("dead" rows, like those of replaced or deleted documents).
 
 Rebuilds and compaction write a complete new index beside the live one (``NAME.rebuild``)
-while holding the live index's writer lock, then swap the directories; readers keep seeing
-the old index until the swap and notice the new one (a new directory) on their next call.
+while holding the live index's writer lock, then swap the directories (the live one becomes
+``NAME.old`` for a moment); readers keep seeing the old index until the swap and notice the
+new one (a new directory) on their next call. A process killed mid-job leaves its work
+directory behind: readers never touch it (:meth:`EmbeddedBackend.leftovers` reports it), and
+the next process that takes the writer lock removes it, saying so in one warning.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -126,6 +130,15 @@ def check_replaceable(path: Path) -> None:
             f"{path} is not a qres index (it holds {shown}): refusing to replace it; "
             "pick a new or empty directory with --index-dir"
         )
+
+
+log = logging.getLogger(__name__)
+
+WORK_DIRS = (".rebuild", ".old")  # what a rebuild or compaction writes beside NAME
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 def _complete_interrupted_swap(live: Path) -> None:
@@ -338,6 +351,36 @@ class EmbeddedBackend(Backend):
                 f"{self.live_path} is being written by another qres process: wait for it to end"
             ) from None
         self._lock = lock
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Delete what an interrupted rebuild or compaction left beside the index. Only the
+        writer-lock holder calls this, so no running job's work directory is ever touched."""
+        for found in self.leftovers():
+            work = Path(found["path"])
+            try:
+                check_replaceable(work)  # never somebody's own directory that merely looks alike
+            except BackendError as err:
+                log.warning("left %s alone: %s", work, err)
+                continue
+            shutil.rmtree(work, ignore_errors=True)
+            log.warning(
+                "removed %s (%s), left behind by an interrupted rebuild or compaction",
+                work,
+                _size_text(found["bytes"]),
+            )
+
+    def leftovers(self) -> list[dict]:
+        """Work directories of an interrupted rebuild or compaction beside the index (never
+        this object's own rebuild), each ``{"path", "bytes", "removed_by"}``."""
+        found = []
+        for suffix in WORK_DIRS:
+            work = _sibling(self.live_path, suffix)
+            if work.is_dir() and not (self._rebuilding and work == self.path):
+                found.append(
+                    {"path": str(work), "bytes": _tree_bytes(work), "removed_by": REMOVED_BY}
+                )
+        return found
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -854,6 +897,17 @@ def _write_json(path: Path, value: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+REMOVED_BY = "the next write to the index (qres index, qres compact, a served write)"
+
+
+def _size_text(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
 
 
 def _fsync_dir(path: Path) -> None:

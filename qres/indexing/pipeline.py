@@ -86,11 +86,13 @@ def index_questions(
     written; ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA;
     ``workers`` (default :func:`default_workers`) processes prepare batches."""
     encoders = _encoders(encoder)
-    if encoders:
+    if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
         new = _record_models(backend, encoders)
         if new:  # only the new models' vectors are computed for the questions held
             add_models(backend, new)
             _record_models(backend, encoders)
+    else:
+        backend.acquire_write_lock()
     on_gpu = any("CUDAExecutionProvider" in getattr(e, "providers", ()) for e in encoders)
     if batch_size is None:
         batch_size = GPU_BATCH if on_gpu else CPU_BATCH

@@ -371,6 +371,10 @@ def test_index_questions_with_two_models_writes_both_on_elasticsearch(tmp_path):
     from qres.indexing.pipeline import index_questions
 
     c = FakeCluster()
+    versions = {"indices": [{"name": "qres-questions-v1", "aliases": ["qres-questions"]}]}
+    c.on("GET", "/_resolve/index/qres-questions-v\\*", versions)  # no killed rebuild's orphan
+    alias = {"aliases": [{"name": "qres-questions", "indices": ["qres-questions-v1"]}]}
+    c.on("GET", "/_resolve/index/qres-questions", alias)
     state = {"meta": {"format": 2, "analyzer": "english", "title_boost": 2.0}, "dims": {}}
 
     def get_mapping(request):

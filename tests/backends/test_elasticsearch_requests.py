@@ -1247,3 +1247,59 @@ def test_compose_file_points_at_documentation_that_exists():
     assert "## Scaling out with Elasticsearch" in (REPO / "README.md").read_text()
     text = COMPOSE.read_text() + ENV_EXAMPLE.read_text()
     assert text.count("first start only") == 2  # ELASTIC_PASSWORD's caveat, in both files
+
+
+def test_a_rebuild_index_records_who_builds_it(rebuild_cluster):
+    import socket
+
+    c = rebuild_cluster
+    c.backend(rebuild=True)
+    (put,) = c.sent("PUT", "/qres-questions-v2")
+    built_by = put.body["mappings"]["_meta"]["built_by"]
+    assert built_by == {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def test_writers_remove_only_orphans_whose_rebuild_is_gone_and_info_sizes_them(
+    rebuild_cluster, caplog
+):
+    import socket
+
+    c = rebuild_cluster
+    versions = {
+        "indices": [
+            {"name": "qres-questions-v1", "aliases": ["qres-questions"]},
+            {"name": "qres-questions-v2"},  # killed here: its process is gone
+            {"name": "qres-questions-v3"},  # being built by a live process here
+            {"name": "qres-questions-v4"},  # built on another machine: may be running
+        ]
+    }
+    c.on("GET", "/_resolve/index/qres-questions-v\\*", versions)
+    here = socket.gethostname()
+    dead = subprocess_pid_that_exited()
+    owners = {
+        "qres-questions-v2": {"host": here, "pid": dead},
+        "qres-questions-v3": {"host": here, "pid": os.getpid()},
+        "qres-questions-v4": {"host": here + "-elsewhere", "pid": dead},
+    }
+    for name, owner in owners.items():
+        c.on("GET", f"/{name}/_mapping", mapping(name, meta={"built_by": owner}))
+        stats = {"indices": {name: {"total": {"store": {"size_in_bytes": 1234}}}}}
+        c.on("GET", f"/{name}/_stats/store", stats)
+    backend = c.backend()
+    found = backend.leftovers()
+    assert [f["path"] for f in found] == list(owners)
+    assert {f["bytes"] for f in found} == {1234}
+    assert not c.sent("DELETE", ".*")  # a reader removes nothing
+    with caplog.at_level("WARNING"):
+        backend.acquire_write_lock()
+    assert [r.path for r in c.sent("DELETE", ".*")] == ["/qres-questions-v2"]
+    assert "removed qres-questions-v2, left behind by an interrupted rebuild" in caplog.text
+    backend.close()
+
+
+def subprocess_pid_that_exited() -> int:
+    import sys
+
+    code = "import os; print(os.getpid())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return int(proc.stdout)

@@ -24,7 +24,9 @@ bodies: :mod:`.requests`.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import socket
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -221,6 +223,11 @@ class EsBackend(Backend):
 
     def _create(self, physical: str, with_alias: bool) -> None:
         settings, mappings = self.settings.index_body(self._server_version())
+        if not with_alias:  # a rebuild's index: who builds it, so a killed one can be told apart
+            mappings.setdefault("_meta", {})["built_by"] = {
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            }
         self._client.indices.create(
             index=physical,
             settings=settings,
@@ -253,6 +260,48 @@ class EsBackend(Backend):
             and entry["name"] != self._rebuilding
         )
 
+    def _abandoned(self, orphan: str) -> bool:
+        """Whether ``orphan`` was built on this machine by a process that is gone: only then
+        can it not be a rebuild still running (one elsewhere may be)."""
+        mappings = self._client.indices.get_mapping(index=orphan).get(orphan, {}).get("mappings")
+        owner = (mappings or {}).get("_meta", {}).get("built_by") or {}
+        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+            return False
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, under another user
+            return False
+        return False
+
+    @_guarded
+    def acquire_write_lock(self) -> None:
+        """A cluster has no writer lock; but as on the embedded backend, a writer removes what
+        a killed rebuild left behind: the orphans :meth:`_abandoned` proves dead."""
+        for orphan in self._orphans():
+            if self._abandoned(orphan):
+                self._client.indices.delete(index=orphan, ignore_unavailable=True)
+                log.warning(
+                    "removed %s, left behind by an interrupted rebuild of %s", orphan, self.alias
+                )
+
+    @_guarded
+    def leftovers(self) -> list[dict]:
+        found = []
+        for orphan in self._orphans():
+            stats = self._client.indices.stats(index=orphan, metric="store")
+            size = stats.get("indices", {}).get(orphan, {}).get("total", {}).get("store", {})
+            found.append(
+                {
+                    "path": orphan,
+                    "bytes": int(size.get("size_in_bytes", 0)),
+                    "removed_by": "the next write from this machine if its rebuild ran here, "
+                    "else the next `qres --backend elasticsearch index --rebuild`",
+                }
+            )
+        return found
+
     def _behind_alias(self) -> tuple[list[str], bool]:
         """(physical indices the alias names, whether ``alias`` is itself a concrete index)."""
         try:
@@ -276,7 +325,7 @@ class EsBackend(Backend):
         orphans = self._orphans()
         if orphans:  # one rebuild at a time: another unfinished one was interrupted
             log.warning(
-                "deleting %s, left behind by an interrupted rebuild of %s",
+                "removed %s, left behind by an interrupted rebuild of %s",
                 ", ".join(orphans),
                 self.alias,
             )
