@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qres.cli import cli
 from qres.datasets.benchmarks import LAYOUTS
-from qres.datasets.download import REGISTRY, DownloadError, download, download_command
+from qres.datasets.download import REGISTRY, DownloadError, download
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 ASKUBUNTU_LOCAL = ("dev.txt", "test.txt", "heldout.txt")
@@ -394,7 +395,7 @@ def test_unreachable_host_is_one_line(tmp_path):
 
 
 def test_cli_help_shows_an_example():
-    result = CliRunner().invoke(download_command, ["--help"])
+    result = CliRunner().invoke(cli, ["download", "--help"])
     assert result.exit_code == 0
     assert "qres download askubuntu" in result.output
     assert "--mirror" in result.output and "--force" in result.output
@@ -402,7 +403,7 @@ def test_cli_help_shows_an_example():
 
 def test_cli_downloads_all_from_a_directory_mirror(tmp_path, mirror, shared):
     dest = tmp_path / "data"
-    result = CliRunner().invoke(download_command, ["all", "--mirror", str(mirror), "--dest", dest])
+    result = CliRunner().invoke(cli, ["download", "all", "--mirror", str(mirror), "--dest", dest])
     assert result.exit_code == 0, result.output
     assert (dest / "askubuntu" / "dev.txt").read_bytes() == (
         shared / "askubuntu" / "dev.txt"
@@ -412,7 +413,7 @@ def test_cli_downloads_all_from_a_directory_mirror(tmp_path, mirror, shared):
 
 def test_cli_defaults_to_the_qres_data_dir(tmp_path, mirror, monkeypatch):
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
-    result = CliRunner().invoke(download_command, ["askubuntu", "--mirror", mirror.as_uri()])
+    result = CliRunner().invoke(cli, ["download", "askubuntu", "--mirror", mirror.as_uri()])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "home" / "data" / "askubuntu" / "heldout.txt").is_file()
 
@@ -420,13 +421,13 @@ def test_cli_defaults_to_the_qres_data_dir(tmp_path, mirror, monkeypatch):
 def test_cli_error_is_one_line_without_traceback(tmp_path, own_mirror):
     (own_mirror / "askubuntu" / "heldout.txt").unlink()
     result = CliRunner().invoke(
-        download_command, ["askubuntu", "--mirror", str(own_mirror), "--dest", tmp_path]
+        cli, ["download", "askubuntu", "--mirror", str(own_mirror), "--dest", tmp_path]
     )
     assert result.exit_code == 1
     assert "Traceback" not in result.output
-    error_lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    error_lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert error_lines == [
-        f"Error: mirror file not found: {(own_mirror / 'askubuntu' / 'heldout.txt').as_uri()}"
+        f"error: mirror file not found: {(own_mirror / 'askubuntu' / 'heldout.txt').as_uri()}"
     ]
 
 

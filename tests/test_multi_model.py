@@ -416,14 +416,15 @@ def test_tune_fusion_out_saves_a_fusion_of_every_model_that_search_reads(
 ):
     """`qres tune-fusion --cv K --model A --model B --out FILE`: the refit fusion names both
     models, in --model order, and scores [bm25/top, cos A, cos B] as the CV fitted it."""
-    from qres import cli
+    from qres.cli import tune_fusion as cli
+    from qres.cli.group import Context
     from qres.evaluation import fusion_fit as fcv
     from qres.ranking.fusion import Fusion
     from tests.test_fusion_cv import synthetic
 
     lists = synthetic(n_queries=30, informative=2)  # the second model's cosine is the signal
     monkeypatch.setattr(fcv, "semeval_candidate_lists", lambda *args: lists)
-    obj = cli.Context(tmp_path, None, True, None)
+    obj = Context(tmp_path, None, True, None)
     out = tmp_path / "both.json"
     cli._tune_fusion_cv(
         obj, ["a", "b"], list(encoders), [None, None], 3, "train", "weighted-sum", None, None, out
@@ -491,12 +492,12 @@ def test_serve_fusion_passes_the_fusion_file_to_the_pipeline(
 def test_explain_columns_name_each_model_by_its_directory_and_tell_same_names_apart():
     from types import SimpleNamespace
 
-    from qres.cli import _model_labels
+    from qres.ranking.search import model_labels
 
     def model(path, fingerprint):
         return SimpleNamespace(model_dir=path, fingerprint=fingerprint)
 
-    labels = _model_labels(
+    labels = model_labels(
         [model("x/default", "1" * 64), model("y/minilm", "2" * 64), model("z/minilm", "3" * 64)]
     )
     assert labels == ["default", "minilm 22222222", "minilm 33333333"]

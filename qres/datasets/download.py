@@ -21,7 +21,6 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import urlparse
 from urllib.request import Request, url2pathname, urlopen
 
-import click
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -33,7 +32,7 @@ from rich.progress import (
 )
 from rich.table import Column
 
-from qres import __version__, paths
+from qres import __version__
 from qres.datasets.benchmarks import dataset_dir
 
 TIMEOUT_S = 30
@@ -382,49 +381,8 @@ def _fetch_http(url: str, part: Path, offset: int, report) -> bool:
     return offset > 0
 
 
-def _mirror_url(mirror: str) -> str:
+def mirror_url(mirror: str) -> str:
     """Accept a plain directory for --mirror as well as a URL."""
     if "://" in mirror:
         return mirror
     return Path(mirror).expanduser().resolve().as_uri()
-
-
-@click.command("download")
-@click.argument("dataset", type=click.Choice([*REGISTRY, "all"]))
-@click.option(
-    "--dest",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Data dir to fill [default: $QRES_HOME/data, else the user data dir].",
-)
-@click.option(
-    "--mirror",
-    metavar="URL",
-    default=None,
-    help="Fetch from URL/<dataset>/<file> (http(s), file:// or a directory) instead.",
-)
-@click.option("--force", is_flag=True, help="Download again even if files are present.")
-def download_command(dataset: str, dest: Path | None, mirror: str | None, force: bool) -> None:
-    """Fetch DATASET's public files (AskUbuntu from the Lei et al. GitHub repository,
-    SemEval-2016 Task 3 from alt.qcri.org), resuming partial downloads and checking sha256.
-
-    \b
-    Examples:
-      qres download askubuntu
-      qres download all --mirror file:///srv/qres-mirror --dest ./data
-    """
-    dest_dir = dest if dest is not None else paths.data_dir()
-    base_url = _mirror_url(mirror) if mirror else None
-    names = list(REGISTRY) if dataset == "all" else [dataset]
-    console = Console(stderr=True)
-    for name in names:
-        try:
-            fetched = download(name, dest_dir, base_url=base_url, force=force)
-        except DownloadError as err:
-            raise click.ClickException(str(err)) from None
-        got = sum(f.action != "skipped" for f in fetched)
-        console.print(
-            f"{name}: {got} fetched, {len(fetched) - got} already present, "
-            f"in {dataset_dir(name, dest_dir)}",
-            highlight=False,
-        )

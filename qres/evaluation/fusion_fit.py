@@ -223,3 +223,82 @@ def _mean_ap(feats, a: float) -> float:
         order = np.argsort(-((1 - a) * x[:, 0] + a * x[:, 1]), kind="stable")
         aps.append(average_precision(relevant[order]))
     return float(np.mean(aps))
+
+
+def compare_fusions(
+    lists: Sequence[CandidateList],
+    signals: Sequence[str],
+    folds: int,
+    method: str = "auto",
+) -> dict:
+    """Every signal alone and every fusion by ``folds``-fold CV over ``lists``, per split.
+
+    ``signals`` names the columns of each list's ``x`` (``bm25`` first, then one per model).
+    Returns ``rows`` (ranker → ``all`` and each split → MAP, MRR, P@1, and for a split the
+    paired-bootstrap MAP difference against BM25), ``per_query`` (ranker → query → metrics),
+    ``chosen`` (``method``, or with ``"auto"`` the fusion of best CV MAP), its ``params``
+    refitted on every query, and ``record``: what a fusion saved from it keeps.
+    """
+    splits = list(dict.fromkeys(c.split for c in lists))
+    cv = cross_validate(lists, folds)
+    per_query = {}
+    for i, name in enumerate(signals):
+        weights = [1.0 if j == i else 0.0 for j in range(len(signals))]
+        per_query[name] = {c.query_id: query_metrics("weighted-sum", weights, c) for c in lists}
+    per_query.update({m: r["per_query"] for m, r in cv["methods"].items()})
+    ids = {s: [c.query_id for c in lists if c.split == s] for s in splits}
+    every = [c.query_id for c in lists]
+    rows = {}
+    for name, scores in per_query.items():
+        row = {"all": summary(scores, every)}
+        for s in splits:
+            row[s] = summary(scores, ids[s])
+            row[s]["MAP vs bm25"] = paired_bootstrap(
+                [scores[q]["AP"] for q in ids[s]], [per_query["bm25"][q]["AP"] for q in ids[s]]
+            )
+        rows[name] = row
+    chosen = max(METHODS, key=lambda m: rows[m]["all"]["MAP"]) if method == "auto" else method
+    record = {
+        "folds": folds,
+        "splits": splits,
+        "queries": len(lists),
+        "signals": list(signals),
+        "fold_of": cv["fold_of"],
+        "per_fold": cv["methods"][chosen]["per_fold"],
+        "cv_map": {m: rows[m]["all"]["MAP"] for m in METHODS},
+    }
+    return {
+        "chosen": chosen,
+        "params": fit(chosen, lists),
+        "rows": rows,
+        "per_query": per_query,
+        "record": record,
+    }
+
+
+def fusion_from(result: dict, fingerprints: Sequence[str], dataset: str = "semeval2016") -> Fusion:
+    """The fusion :func:`compare_fusions` chose, as search reads it: of one model's cosine
+    (saved in its directory), or of several (``models`` = their ``fingerprints``)."""
+    best, params, record = result["chosen"], result["params"], result["record"]
+    splits, folds = "+".join(record["splits"]), record["folds"]
+    cv_map = result["rows"][best]["all"]["MAP"]
+    weighted = best == "weighted-sum"
+    record = {**record, "fingerprints": list(fingerprints)}
+    how = f"best of {', '.join(METHODS)} by {folds}-fold cross-validated MAP ({cv_map:.2f})"
+    common = {"tuned_on": f"{dataset}/{splits}", "method": best, "cv": record}
+    if len(fingerprints) == 1:
+        return Fusion(
+            bm25=params[0] if weighted else 0.0,
+            cosine=params[1] if weighted else 0.0,
+            source=f"{dataset} {splits}: {best}, {how}",
+            params=None if weighted else params,
+            **common,
+        )
+    return Fusion(
+        bm25=params[0] if weighted else 0.0,
+        cosine=0.0,
+        source=f"{dataset} {splits}: {best} of bm25 and {len(fingerprints)} models, {how}",
+        params=params,
+        models=list(fingerprints),
+        **common,
+    )

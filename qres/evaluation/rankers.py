@@ -17,7 +17,9 @@ from itertools import islice
 
 import numpy as np
 
-from qres.backends.base import Backend, BackendError, index_models
+from qres import paths
+from qres.backends import open_backend
+from qres.backends.base import Backend, BackendError, IndexFormatError, index_models
 from qres.corpus.readers import Question
 from qres.indexing.pipeline import index_questions
 from qres.ranking.search import MODES, SearchPipeline
@@ -162,6 +164,22 @@ def make_ranker(
         ensure_index(corpus_backend, corpus, encoder)
         corpus_pipeline = _pipeline(corpus_backend, encoder, fusion)
     return PipelineRanker(_pipeline(backend, encoder, fusion), ranker, corpus_pipeline)
+
+
+def open_eval_index(backend_name: str | None, name: str) -> Backend:
+    """The evaluation index ``name`` (``$QRES_HOME/eval/NAME``; on Elasticsearch the index
+    ``qres-eval-NAME``, never the live one), made if missing; a cache written by an older
+    qres is rebuilt afresh and swapped in."""
+    index_dir = paths.home() / "eval" / name
+
+    def open_it(**rebuild) -> Backend:
+        index = f"qres-eval-{name}".lower()
+        return open_backend(backend_name, index_dir, True, index=index, **rebuild)
+
+    try:
+        return open_it()
+    except IndexFormatError:
+        return open_it(rebuild=True)
 
 
 def ensure_index(

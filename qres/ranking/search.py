@@ -306,3 +306,13 @@ def search_log_record(
         "result_count": len(results),
         "backend": backend.name,
     }
+
+
+def model_labels(encoders) -> list[str]:
+    """A column label per model: its directory's name ("minilm"), with the fingerprint's
+    first 8 hex digits added where two directories share a name."""
+    names = [Path(e.model_dir).name for e in encoders]
+    return [
+        name if names.count(name) == 1 else f"{name} {e.fingerprint[:8]}"
+        for name, e in zip(names, encoders, strict=True)
+    ]

