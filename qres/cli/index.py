@@ -88,6 +88,7 @@ def index(
       jsonl        {"id": ..., "title": ..., "body": ..., "tags": [...]}
       semeval-xml  SemEval Task 3 XML (its related questions)
       semeval-csv  SemEval-2016 subtask B train-part-1 CSV
+      stackexchange  a StackExchange dump's Posts.xml (questions; HTML to text)
     A malformed record stops the run with file:line and the problem (--skip-bad
     skips it). Progress is committed every 20,000 questions: after a crash or
     Ctrl-C the index holds what was committed and a re-run completes it.

@@ -8,7 +8,10 @@ Formats, chosen by ``fmt`` or detected from the file name and first line:
 * ``jsonl`` — one object a line with ``id``, ``title``, ``body`` and optional ``tags``
   (a list or a comma-separated string);
 * ``semeval-xml`` — SemEval-2016/2017 Task 3 XML: every related question (``RelQuestion``);
-* ``semeval-csv`` — the SemEval-2016 subtask B train-part-1 CSV: every ``question2``.
+* ``semeval-csv`` — the SemEval-2016 subtask B train-part-1 CSV: every ``question2``;
+* ``stackexchange`` — a StackExchange data dump's ``Posts.xml``: every question, its HTML
+  body as text, score, answer count, accepted answer and closed date in ``extras``
+  (:mod:`qres.corpus.stackexchange`); an ``.xml`` file whose root is ``<posts>``.
 
 Any of them may be gzipped (``.gz``). Files are read line by line (XML incrementally), never
 whole. A malformed record raises :class:`CorpusError` naming file, line and problem unless
@@ -31,16 +34,18 @@ import json
 import re
 import xml.etree.ElementTree as ET
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from qres.corpus import stackexchange
 
 # A forum question is a few KB at most; anything longer is cut so one pathological line
 # cannot blow up memory or the index.
 MAX_FIELD_CHARS = 20_000
 csv.field_size_limit(2**31 - 1)  # long fields are cut by _clean, not refused by the csv module
 
-FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv")
+FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv", "stackexchange")
 
 # C0/C1 control characters (terminal escapes start with ESC) and lone surrogates, which
 # cannot be stored as UTF-8; text fields keep tab and newline.
@@ -55,6 +60,8 @@ class Question:
     title: str
     body: str
     tags: tuple[str, ...] = ()
+    # Shown beside the question, never ranked on (a dump's score, answer count, ...).
+    extras: Mapping[str, int | str] = field(default_factory=dict, compare=False)
 
     @property
     def text(self) -> str:
@@ -124,7 +131,12 @@ def detect_format(path: str | Path) -> str:
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
     if name.endswith(".xml"):
-        return "semeval-xml"
+        with open_text(path) as f:
+            try:
+                head = f.read(4096)
+            except (OSError, EOFError, zlib.error) as err:
+                raise CorpusError(path, 1, _unreadable(err)) from None
+        return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
     if name.endswith(".csv"):
         return "semeval-csv"
     with open_text(path) as f:
@@ -147,6 +159,7 @@ def read_corpus(
         "jsonl": _read_jsonl,
         "semeval-xml": _read_semeval_xml,
         "semeval-csv": _read_semeval_csv,
+        "stackexchange": _read_stackexchange,
     }
     if fmt not in readers:
         raise CorpusError(path, None, f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
@@ -181,7 +194,7 @@ def _clean(q: Question, stats: ReadStats) -> Question:
         stats.truncated += 1
         title, body = title[:MAX_FIELD_CHARS], body[:MAX_FIELD_CHARS]
     tags = q.tags and tuple(t for t in (_clean_text(t).strip() for t in q.tags) if t)
-    return Question(q.id, title, body, tags)
+    return Question(q.id, title, body, tags, q.extras)
 
 
 def _clean_text(text: str) -> str:
@@ -336,6 +349,15 @@ def _read_semeval_xml(path: Path):
         except ET.ParseError as err:
             # expat cannot go on after an error: nothing after it can be read.
             raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
+
+
+def _read_stackexchange(path: Path):
+    with open_text(path) as f:
+        try:
+            for n, record in stackexchange.read_posts(_lines(path, f, size=1 << 16)):
+                yield n, record if isinstance(record, str) else Question(**record)
+        except stackexchange.MalformedXML as err:
+            raise CorpusError(path, err.line, str(err)) from None
 
 
 def _read_semeval_csv(path: Path):

@@ -1,0 +1,145 @@
+"""The StackExchange data dump's ``Posts.xml``: its questions, one ``<row>`` element each.
+
+Only questions (``PostTypeId="1"``) are kept; answers, wiki posts and the rest are passed
+over. A question's ``Body`` is HTML: :func:`html_to_text` turns it into plain text (code
+blocks kept as text, entities decoded). ``Tags`` comes in either style the dumps have used,
+``<travel><visas>`` or ``|travel|visas|``. What a forum shows beside a question but qres
+does not rank on — ``Score``, ``AnswerCount``, ``AcceptedAnswerId``, ``ClosedDate`` — is
+kept in ``extras`` (integers as ``int``, the date as the dump's text) where the row has it.
+
+The file is parsed incrementally, a line at a time (the dump writes one row a line, and
+StackOverflow's is ~100 GB), each row dropped once read, so memory stays constant. This
+module knows nothing of files or errors' wording: :mod:`qres.corpus.readers` opens the file
+and turns the problems yielded here into its one-line errors.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
+from html.parser import HTMLParser
+
+QUESTION = "1"
+# Attribute → (extras key, kind) of what is stored, not ranked on.
+EXTRAS = {
+    "Score": ("score", int),
+    "AnswerCount": ("answer_count", int),
+    "AcceptedAnswerId": ("accepted_answer_id", str),
+    "ClosedDate": ("closed_date", str),
+}
+_BLOCKS = {
+    "p", "div", "pre", "br", "li", "ul", "ol", "blockquote", "hr", "table", "tr",
+    "h1", "h2", "h3", "h4", "h5", "h6",
+}  # fmt: skip
+_ANGLE_TAGS = re.compile(r"<([^<>]*)>")
+_SPACES = re.compile(r"[ \t\r\f\v]+")
+_BLANK_LINES = re.compile(r"\n\s*\n+")
+
+
+class MalformedXML(ValueError):
+    """The XML cannot be parsed on from ``line``: nothing after it can be read."""
+
+    def __init__(self, line: int, problem: str):
+        super().__init__(problem)
+        self.line = line
+
+
+class _TextOnly(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)  # entities decoded, in text and attributes
+        self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _BLOCKS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in _BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        self.parts.append(data)
+
+
+def html_to_text(html: str) -> str:
+    """A post body's text: tags dropped (block elements become line breaks, so words of two
+    paragraphs never run together), the text of code blocks kept, entities decoded, runs of
+    spaces and of blank lines collapsed."""
+    parser = _TextOnly()
+    parser.feed(html)
+    parser.close()
+    text = _SPACES.sub(" ", "".join(parser.parts))
+    text = "\n".join(line.strip() for line in text.split("\n"))
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def split_tags(value: str | None) -> tuple[str, ...]:
+    """``<a><b>`` (older dumps) or ``|a|b|`` (newer ones) → ``("a", "b")``."""
+    if not value:
+        return ()
+    value = value.strip()
+    if value.startswith("<"):
+        return tuple(t.strip() for t in _ANGLE_TAGS.findall(value) if t.strip())
+    return tuple(t.strip() for t in value.split("|") if t.strip())
+
+
+def looks_like_posts(head: str) -> bool:
+    """Whether the first lines of an XML file are a dump's ``<posts>``."""
+    return re.search(r"<posts[\s>]", head) is not None
+
+
+def read_posts(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict | str]]:
+    """``(line, question)`` for each question row of ``lines`` (``(line number, text)``
+    pairs), a question being a dict of ``id``, ``title``, ``body``, ``tags``, ``extras``;
+    ``(line, problem)`` for a question row that cannot be read. Raises :class:`MalformedXML`
+    where the XML itself breaks, after every row before it."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    root, row_line, n = None, 1, 1
+    try:
+        for n, text in lines:
+            parser.feed(text)
+            for event, elem in parser.read_events():
+                if event == "start":
+                    if root is None:
+                        root = elem
+                    elif elem.tag == "row":
+                        row_line = n
+                    continue
+                if elem.tag != "row":
+                    continue
+                if elem.get("PostTypeId") == QUESTION:
+                    yield row_line, _question(elem)
+                if root is not None:
+                    root.remove(elem)  # the rows read are dropped: memory stays constant
+        parser.close()
+    except ET.ParseError as err:
+        raise MalformedXML(err.position[0] or n, f"malformed XML ({err})") from None
+    if root is None:
+        raise MalformedXML(n, "no XML element: not a Posts.xml file")
+    if root.tag != "posts":
+        raise MalformedXML(1, f"expected a StackExchange Posts.xml (<posts>), found <{root.tag}>")
+
+
+def _question(row: ET.Element) -> dict | str:
+    qid = (row.get("Id") or "").strip()
+    if not qid:
+        return "a question row without an Id"
+    extras = {}
+    for attribute, (key, kind) in EXTRAS.items():
+        value = row.get(attribute)
+        if value is None or not value.strip():
+            continue
+        if kind is int:
+            try:
+                value = int(value)
+            except ValueError:
+                return f"question {qid}: {attribute}={value!r} is not a whole number"
+        extras[key] = value
+    return {
+        "id": qid,
+        "title": row.get("Title") or "",
+        "body": html_to_text(row.get("Body") or ""),
+        "tags": split_tags(row.get("Tags")),
+        "extras": extras,
+    }

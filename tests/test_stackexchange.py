@@ -1,0 +1,128 @@
+"""The StackExchange dump reader (Posts.xml): questions only, HTML to text, both tag styles,
+extras, gzip, malformed rows and XML."""
+
+import gzip
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qres.cli import cli
+from qres.corpus.readers import CorpusError, ReadStats, detect_format, read_corpus
+from qres.corpus.stackexchange import html_to_text, split_tags
+
+TRAVEL = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackexchange-travel"
+
+POSTS = """\ufeff<?xml version="1.0" encoding="utf-8"?>
+<posts>
+  <row Id="1" PostTypeId="1" Score="12" AnswerCount="3" AcceptedAnswerId="7" \
+Title="Visa for &quot;Schengen&quot; area?" \
+Body="&lt;p&gt;Do I need a visa &amp;amp; what does it cost?&lt;/p&gt;&lt;pre&gt;&lt;code&gt;\
+fee = 60 &amp;lt;EUR&amp;gt;&lt;/code&gt;&lt;/pre&gt;" Tags="&lt;visas&gt;&lt;schengen&gt;" />
+  <row Id="2" PostTypeId="2" ParentId="1" Body="&lt;p&gt;an answer&lt;/p&gt;" />
+  <row Id="3" PostTypeId="1" ClosedDate="2013-05-01T10:00:00.000" Title="Cheap flights" \
+Body="&lt;p&gt;one&lt;/p&gt;&lt;p&gt;two&lt;/p&gt;" Tags="|air-travel|budget|" />
+</posts>
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "Posts.xml") -> Path:
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_questions_only_with_text_bodies_tags_and_extras(tmp_path):
+    path = write(tmp_path, POSTS)
+    assert detect_format(path) == "stackexchange"
+    first, second = read_corpus(path)
+    assert (first.id, second.id) == ("1", "3")  # the answer (PostTypeId 2) is passed over
+    assert first.title == 'Visa for "Schengen" area?'
+    assert first.body == "Do I need a visa & what does it cost?\n\nfee = 60 <EUR>"
+    assert first.tags == ("visas", "schengen")
+    assert first.extras == {"score": 12, "answer_count": 3, "accepted_answer_id": "7"}
+    assert second.body == "one\n\ntwo"
+    assert second.tags == ("air-travel", "budget")
+    assert second.extras == {"closed_date": "2013-05-01T10:00:00.000"}
+
+
+def test_gzipped_dump_reads_the_same(tmp_path):
+    plain = list(read_corpus(write(tmp_path, POSTS)))
+    gz = write(tmp_path, POSTS, "Posts.xml.gz")
+    assert detect_format(gz) == "stackexchange"
+    assert [(q.id, q.body, q.tags, q.extras) for q in read_corpus(gz)] == [
+        (q.id, q.body, q.tags, q.extras) for q in plain
+    ]
+
+
+def test_html_to_text_keeps_code_and_separates_blocks():
+    html = (
+        "<p>a<b>b</b></p><ul><li>x</li><li>y &gt; z</li></ul>"
+        "<pre><code>if a &lt; b:\n  go()</code></pre>"
+    )
+    assert html_to_text(html) == "ab\n\nx\n\ny > z\n\nif a < b:\ngo()"
+    assert html_to_text("") == ""
+
+
+@pytest.mark.parametrize(
+    "value, tags",
+    [("<a><b-c>", ("a", "b-c")), ("|a|b-c|", ("a", "b-c")), ("", ()), (None, ())],
+)
+def test_both_tag_styles(value, tags):
+    assert split_tags(value) == tags
+
+
+def test_a_bad_row_names_file_and_line_and_skip_bad_goes_on(tmp_path):
+    text = POSTS.replace('<row Id="3"', '<row Id=""').replace('Score="12"', 'Score="many"')
+    path = write(tmp_path, text)
+    with pytest.raises(CorpusError, match=r"Posts\.xml:3: question 1: Score='many'"):
+        list(read_corpus(path))
+    stats = ReadStats()
+    assert list(read_corpus(path, skip_bad=True, stats=stats)) == []
+    assert stats.skipped == 2
+    assert "Posts.xml:5: a question row without an Id" in stats.problems[1]
+
+
+def test_malformed_xml_stops_at_its_line_after_the_rows_before(tmp_path):
+    lines = POSTS.splitlines(keepends=True)
+    lines[4] = '  <row Id="3" PostTypeId="1" Title="broken\n'  # an attribute never closed
+    path = write(tmp_path, "".join(lines[:6]))
+    read = []
+    with pytest.raises(CorpusError, match=r"Posts\.xml:\d+: malformed XML") as err:
+        read.extend(read_corpus(path, skip_bad=True))
+    assert [q.id for q in read] == ["1"]
+    assert err.value.line >= 5
+
+
+def test_other_xml_roots_and_truncated_gzip_are_refused_in_one_line(tmp_path):
+    other = write(tmp_path, "<users><row Id='1'/></users>\n", "Users.xml")
+    with pytest.raises(CorpusError, match="expected a StackExchange Posts.xml"):
+        list(read_corpus(other, "stackexchange"))
+    gz = write(tmp_path, POSTS * 50, "Posts.xml.gz")
+    gz.write_bytes(gz.read_bytes()[:200])
+    with pytest.raises(CorpusError, match=r"Posts\.xml\.gz:\d+: .*truncated"):
+        list(read_corpus(gz, "stackexchange"))
+
+
+def test_qres_index_reads_a_dump(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    path = write(tmp_path, POSTS)
+    ix = ["--index-dir", str(tmp_path / "ix")]
+    result = CliRunner().invoke(cli, [*ix, "index", str(path)])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, [*ix, "--json", "search", "schengen visa"])
+    assert result.exit_code == 0, result.output
+    assert '"1"' in result.output
+
+
+def test_the_travel_dump():
+    posts = TRAVEL / "Posts.xml"
+    assert posts.exists(), f"{posts} is missing: the shared data must be present"
+    questions = list(read_corpus(posts))
+    assert len(questions) == 4919
+    assert len({q.id for q in questions}) == 4919
+    assert all(q.title and q.body and "<p>" not in q.body for q in questions)
