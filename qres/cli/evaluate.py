@@ -33,12 +33,10 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
 
 def _dataset_options(command):
     """--dataset and --split, as evaluate and compare-runs take them."""
-    command = click.option(
-        "--split", type=click.Choice(["dev", "test", "train"]), default="dev", show_default=True
-    )(command)
-    return click.option(
-        "--dataset", type=click.Choice(["askubuntu", "semeval2016", "android"]), required=True
-    )(command)
+    splits = click.Choice(["dev", "test", "train", "all"])
+    command = click.option("--split", type=splits, help="[default: dev; forum: all]")(command)
+    datasets = click.Choice(["askubuntu", "semeval2016", "android", "stackexchange"])
+    return click.option("--dataset", type=datasets, required=True)(command)
 
 
 @click.command()
@@ -75,7 +73,8 @@ def _dataset_options(command):
     type=click.Path(file_okay=False, path_type=Path),
     help="Holds askubuntu/ and semeval2016-task3/ [default: ../shared/data of a source "
     "checkout, else the `qres download` dir]; for android, the directory of corpus.tsv.gz "
-    "and the pair files [default: android/ in that dir].",
+    "and the pair files [default: android/ in that dir]; for stackexchange, the dump's "
+    "folder with Posts.xml and PostLinks.xml [default: stackexchange-travel/ in that dir].",
 )
 @click.option(
     "--corpus",
@@ -131,6 +130,9 @@ def evaluate(
                  body) with dev|test.pos.txt and .neg.txt ("query_id candidate_id"
                  lines). Adds AUC(0.05) over all labelled pairs; MAP and the rest
                  rank each query's labelled candidates.
+    stackexchange  DIR/Posts.xml, PostLinks.xml: each duplicate searches the forum;
+                 R@1/10/100, MRR@10, nDCG@10 (--compare: nDCG@10); --split all,
+                 train (oldest 80% by closing date), test (newest 20%).
     The qres rankers run the production search path restricted to each query's
     candidates, over an evaluation index kept under $QRES_HOME/eval.
     --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
@@ -157,6 +159,8 @@ def evaluate(
           --fusion fusion-both.json
       qres evaluate --dataset semeval2016 --model-set default --ranker bm25 --ranker hybrid \\
           --compare
+      qres evaluate --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
+          --split test --model-set default --ranker bm25 --ranker hybrid --compare
     """
     from qres.evaluation import runner as ev
     from qres.evaluation.rankers import open_eval_index
@@ -187,7 +191,7 @@ def evaluate(
         summaries = [e.summary(per_query) for e in evaluations]
         obj.emit(summaries if comparison is None else _with_comparison(summaries, comparison))
         return
-    _print_evaluations(dataset, split, evaluations, accuracy_at, per_query)
+    _print_evaluations(dataset, benchmark.split, evaluations, accuracy_at, per_query)
     if comparison is not None:
         _print_comparison(comparison, dataset)
 
@@ -204,9 +208,10 @@ def _with_comparison(summaries: list[dict], comparison) -> dict:
 
 
 def _print_comparison(c, dataset: str) -> None:
-    d = 2 if dataset == "semeval2016" else 1
+    d = 2 if dataset in ("semeval2016", "stackexchange") else 1
+    measure = "nDCG@10" if dataset == "stackexchange" else "MAP"
     stdout.print(
-        f"{c.b} - {c.a}: MAP {c.difference:+.{d}f} ({c.map_b:.{d}f} vs {c.map_a:.{d}f}, "
+        f"{c.b} - {c.a}: {measure} {c.difference:+.{d}f} ({c.map_b:.{d}f} vs {c.map_a:.{d}f}, "
         f"{c.queries} queries)\n"
         f"  paired bootstrap 95% interval [{c.ci_low:+.{d}f}, {c.ci_high:+.{d}f}]\n"
         f"  paired randomization test p = {c.p_value:.4f} "
@@ -220,8 +225,8 @@ def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> N
     from qres.evaluation import runner as ev
 
     # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
-    decimals = 2 if dataset == "semeval2016" else 1
-    columns = ["MAP", "MRR", "P@1", "P@5"]
+    decimals = 2 if dataset in ("semeval2016", "stackexchange") else 1
+    columns = list(ev.FORUM_COLUMNS) if dataset == "stackexchange" else ["MAP", "MRR", "P@1", "P@5"]
     columns += [ev.AUC_COLUMN] if dataset == "android" else []
     columns += [ev.accuracy_column(k) for k in accuracy_at]
     table = Table(title=f"{dataset} {split}", title_justify="left")
@@ -244,7 +249,7 @@ def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> N
     if per_query:
         for e in evaluations:
             detail = Table(title=f"{e.ranker}: per query", title_justify="left")
-            for column in ("query", "relevant", "AP", "RR", "P@1", "P@5"):
+            for column in e.per_query[0] if e.per_query else ():
                 detail.add_column(column)
             for row in e.per_query:
                 detail.add_row(
@@ -289,5 +294,5 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
     if obj.as_json:
         obj.emit(_with_comparison([e.summary() for e in evaluations], comparison))
         return
-    _print_evaluations(dataset, split, evaluations, (), False)
+    _print_evaluations(dataset, benchmark.split, evaluations, (), False)
     _print_comparison(comparison, dataset)

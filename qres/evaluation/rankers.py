@@ -70,11 +70,15 @@ class PipelineRanker:
 
     def top(self, queries: Sequence[Question], k: int) -> list[list[str]]:
         """The first ``k`` corpus questions of each query, the query itself left out."""
+        return [[qid for qid, _ in top] for top in self.top_scored(queries, k)]
+
+    def top_scored(self, queries: Sequence[Question], k: int) -> list[list[tuple[str, float]]]:
+        """:meth:`top` with each question's score."""
         tops = []
         for query in queries:
             vector = self._vector(query, self.corpus_pipeline)
             results = self.corpus_pipeline.search(query.text, k + 1, self.mode, None, vector)
-            tops.append([r.id for r in results if r.id != query.id][:k])
+            tops.append([(r.id, r.score) for r in results if r.id != query.id][:k])
         return tops
 
 

@@ -14,6 +14,14 @@ whether the candidate at rank ``i + 1`` is relevant. Definitions:
   divided by ``f`` (1.0 is perfect, ``f/2`` random), the AUC(0.05) of the Android transfer
   experiments.
 
+Full-forum retrieval (CQADupStack/BEIR convention, binary gains; ``ranked`` is the top of
+the whole forum, ``n_relevant`` = R, the query's relevant questions):
+
+* Recall@k = (relevant among the first k) / R;
+* RR@k (MRR@k over queries) = 1 / rank of the first relevant within the first k, else 0;
+* nDCG@k = DCG@k / IDCG@k with DCG@k = Σ_{i<k, ranked[i]} 1 / log2(i + 2) and IDCG@k the
+  DCG of min(R, k) relevant questions at the top (trec_eval's ``ndcg_cut``).
+
 Which queries enter the mean is the dataset's convention, not the metric's: Lei et al. (2016)
 drop AskUbuntu queries without a relevant candidate; SemEval-2016 keeps them with AP 0. See
 :func:`summarize`. Figures are reported in percent.
@@ -42,6 +50,23 @@ def reciprocal_rank(ranked: Sequence[bool]) -> float:
 
 def precision_at(ranked: Sequence[bool], k: int) -> float:
     return float(np.asarray(ranked[:k], dtype=bool).sum() / k)
+
+
+def recall_at(ranked: Sequence[bool], k: int, n_relevant: int) -> float:
+    if n_relevant == 0:
+        return 0.0
+    return float(np.asarray(ranked[:k], dtype=bool).sum() / n_relevant)
+
+
+def reciprocal_rank_at(ranked: Sequence[bool], k: int) -> float:
+    return reciprocal_rank(ranked[:k])
+
+
+def ndcg_at(ranked: Sequence[bool], k: int, n_relevant: int) -> float:
+    discounts = 1.0 / np.log2(np.arange(2, k + 2))
+    hits = np.asarray(ranked[:k], dtype=bool)
+    ideal = discounts[: min(n_relevant, k)].sum()
+    return float(discounts[: len(hits)][hits].sum() / ideal) if ideal > 0 else 0.0
 
 
 def summarize(

@@ -16,7 +16,13 @@ Datasets:
   candidates are left out, as in the paper;
 * ``android`` — the pairwise dev/test files of Shah et al. 2018's AskUbuntu → Android
   transfer: AUC(0.05) over every labelled pair, and MAP/MRR/P@k over each query's labelled
-  candidates (queries without a positive left out, the AskUbuntu convention).
+  candidates (queries without a positive left out, the AskUbuntu convention);
+* ``stackexchange`` — full-forum duplicate search on a StackExchange dump
+  (:mod:`qres.datasets.forum_duplicates`): each question closed as a duplicate searches the
+  whole indexed forum with its title and body, its own id left out, through the production
+  :class:`SearchPipeline`; Recall@1/10/100, MRR@10 and nDCG@10 with binary gains over its
+  linked originals (the CQADupStack/BEIR convention, :mod:`qres.evaluation.ranking_metrics`);
+  splits ``all``, ``train`` (oldest 80% by closing date), ``test`` (newest 20%).
 
 Rankers (:mod:`qres.evaluation.rankers`): ``given-order``, ``bm25``, ``dense``, ``hybrid``,
 ``bow-cnn``.
@@ -40,6 +46,7 @@ import numpy as np
 
 from qres.backends.base import Backend, BackendError
 from qres.corpus.readers import CorpusError, Question, read_corpus
+from qres.datasets import forum_duplicates
 from qres.datasets.benchmarks import (
     LAYOUTS,
     RankingQuery,
@@ -59,7 +66,9 @@ from qres.evaluation.trec import read_run, write_run
 from qres.ranking.fusion import Fusion, shipped_fusion_for
 from qres.ranking.search import MODES, SearchPipeline
 
-DATASETS = ("askubuntu", "semeval2016", "android")
+DATASETS = ("askubuntu", "semeval2016", "android", "stackexchange")
+FORUM_COLUMNS = ("R@1", "R@10", "R@100", "MRR@10", "nDCG@10")
+FORUM_DEPTH = 100  # how deep each forum query's ranking goes (R@100)
 AUC_MAX_FPR = 0.05
 AUC_COLUMN = "AUC(0.05)"
 
@@ -102,6 +111,7 @@ class Benchmark:
     source: Path | None = None  # the file or folder the texts come from (None: the layout's)
     folder: Path | None = None  # the dataset's folder, named in errors
     missing_texts: bool = False  # AskUbuntu without its corpus file: given-order only
+    whole_forum: bool = False  # each query ranks the whole corpus (stackexchange)
 
 
 # -- scoring --------------------------------------------------------------------------------
@@ -174,6 +184,12 @@ def evaluate(
         raise ValueError(
             f"{benchmark.dataset} pairs have no given order: rank with bm25, dense, hybrid, bow-cnn"
         )
+    if benchmark.whole_forum and ranker in MODES:
+        ranking = make_ranker(
+            ranker, backend, encoder, fusion, scorer, benchmark.texts, benchmark.corpus
+        )
+        questions = [q.question for q in benchmark.queries]
+        return _score_forum(benchmark, ranker, ranking.top_scored(questions, FORUM_DEPTH))
     if ranker != "given-order" and benchmark.missing_texts:
         raise CorpusError(
             benchmark.folder,
@@ -220,6 +236,31 @@ def evaluate(
     return evaluation
 
 
+def _score_forum(benchmark: Benchmark, ranker: str, tops: list) -> Evaluation:
+    """Each query's top of the whole forum (``(id, score)`` best first, the query left
+    out), scored as :data:`FORUM_COLUMNS` (percent; binary gains, R = its linked originals)."""
+    per_query, ranked = [], {}
+    for q, top in zip(benchmark.queries, tops, strict=True):
+        hits, n = [d in q.relevant for d, _ in top], len(q.relevant)
+        ranked[q.id] = top
+        per_query.append(
+            {
+                "query": q.id,
+                "relevant": n,
+                "R@1": 100 * metrics.recall_at(hits, 1, n),
+                "R@10": 100 * metrics.recall_at(hits, 10, n),
+                "R@100": 100 * metrics.recall_at(hits, 100, n),
+                "MRR@10": 100 * metrics.reciprocal_rank_at(hits, 10),
+                "nDCG@10": 100 * metrics.ndcg_at(hits, 10, n),
+            }
+        )
+    summary: dict = {
+        c: float(np.mean([r[c] for r in per_query])) if per_query else 0.0 for c in FORUM_COLUMNS
+    }
+    summary["queries"] = len(per_query)
+    return Evaluation(benchmark.dataset, benchmark.split, ranker, summary, per_query, ranked)
+
+
 def accuracy(
     ranker, queries: Sequence[RankingQuery], texts: Mapping[str, Question], ks: Sequence[int]
 ) -> dict[str, float | None]:
@@ -243,7 +284,7 @@ def accuracy(
 
 
 def load_benchmark(
-    dataset: str, split: str, data_dir: Path | None = None, corpus: Path | None = None
+    dataset: str, split: str | None, data_dir: Path | None = None, corpus: Path | None = None
 ) -> Benchmark:
     """``split`` of ``dataset`` (one of ``DATASETS``) from ``data_dir`` (the layout's root;
     for android the folder of its files).
@@ -257,6 +298,11 @@ def load_benchmark(
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
+    split = default_split(dataset, split)
+    if dataset == "stackexchange":
+        return _load_forum(split, data_dir)
+    if split == "all":
+        raise SetupError("--split", f"{dataset} has no split 'all': use dev or test")
     if dataset != "semeval2016" and split == "train":
         raise SetupError("--split", f"{dataset} has no labelled train split to evaluate on")
     if dataset == "android":
@@ -308,6 +354,31 @@ def load_benchmark(
     )
 
 
+def default_split(dataset: str, split: str | None) -> str:
+    """``split``, else the dataset's usual one: ``all`` of a forum, else ``dev``."""
+    return split or ("all" if dataset == "stackexchange" else "dev")
+
+
+def _load_forum(split: str, data_dir: Path | None) -> Benchmark:
+    if split not in forum_duplicates.SPLITS:
+        raise SetupError(
+            "--split", f"stackexchange splits are {', '.join(forum_duplicates.SPLITS)}"
+        )
+    forum = forum_duplicates.load_forum_duplicates(data_dir, split)
+    return Benchmark(
+        "stackexchange",
+        split,
+        forum.queries,
+        {q.id: q.question for q in forum.queries},
+        partial(read_corpus, forum.posts, "stackexchange"),
+        True,
+        has_given_order=False,
+        source=forum.posts,
+        folder=forum.posts.parent,
+        whole_forum=True,
+    )
+
+
 class SetupError(ValueError):
     """Evaluation options that do not go together; ``option`` names the one to change."""
 
@@ -324,10 +395,12 @@ def choose_rankers(dataset: str, rankers: Sequence[str], model: Path | None) -> 
         rankers = ("given-order", "bm25")
         if model:  # a BOW-CNN's dense vectors would be its CNN half alone
             rankers += ("bow-cnn",) if bowcnn else ("dense", "hybrid")
-        if dataset == "android":
+        if dataset in ("android", "stackexchange"):
             rankers = tuple(r for r in rankers if r != "given-order")
     if dataset == "android" and "given-order" in rankers:
         raise SetupError("--ranker", "Android pairs have no given order")
+    if dataset == "stackexchange" and not set(rankers) <= set(MODES):
+        raise SetupError("--ranker", "a forum is searched with bm25, dense or hybrid")
     if "bow-cnn" in rankers and not bowcnn:
         raise SetupError("--ranker", "bow-cnn needs --model DIR of a BOW-CNN export")
     return tuple(rankers)
@@ -474,6 +547,9 @@ def evaluate_run(benchmark: Benchmark, path: Path) -> Evaluation:
         raise CorpusError(
             path, None, f"query {unknown[0]} is not in {benchmark.dataset} {benchmark.split}"
         )
+    if benchmark.whole_forum:
+        tops = [[(d, 0.0) for d in run.get(q.id, []) if d != q.id] for q in benchmark.queries]
+        return _score_forum(benchmark, Path(path).name, tops)
     rankings = [[d in q.relevant for d in run.get(q.id, [])] for q in benchmark.queries]
     return _score(benchmark, Path(path).name, rankings)
 
@@ -488,15 +564,20 @@ def save_runs(path: Path, evaluations: Sequence[Evaluation]) -> list[tuple]:
     return written
 
 
-def compare(first: Evaluation, second: Evaluation) -> Comparison:
-    """Paired significance of ``second``'s MAP against ``first``'s
-    (:mod:`qres.evaluation.significance`)
-    over their per-query APs."""
+def compare(first: Evaluation, second: Evaluation, measure: str | None = None) -> Comparison:
+    """Paired significance of ``second``'s mean ``measure`` (default: AP, nDCG@10 on a forum)
+    against ``first``'s (:mod:`qres.evaluation.significance`) over their per-query values."""
+    measure = measure or compared_measure(first.dataset)
 
     def aps(e: Evaluation) -> dict[str, float]:
-        return {row["query"]: row["AP"] for row in e.per_query}
+        return {row["query"]: row[measure] for row in e.per_query}
 
     return significance.compare(first.ranker, aps(first), second.ranker, aps(second))
+
+
+def compared_measure(dataset: str) -> str:
+    """The per-query measure ``--compare`` tests: nDCG@10 on a forum, else AP (MAP)."""
+    return "nDCG@10" if dataset == "stackexchange" else "AP"
 
 
 def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):

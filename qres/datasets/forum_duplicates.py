@@ -1,0 +1,108 @@
+"""A StackExchange forum's own duplicate links as a labelled set: full-forum duplicate search.
+
+A forum folder holds the dump's ``Posts.xml`` and ``PostLinks.xml`` (plain or ``.gz``). Every
+question closed as a duplicate — the ``PostId`` of a ``LinkTypeId="3"`` link whose two
+questions are both in ``Posts.xml`` — is a query; its relevant questions are every question
+it is linked to that way (the CQADupStack/BEIR convention). The query searches the whole
+forum, its own id left out (:mod:`qres.evaluation.runner`).
+
+Splits, by time, fixed: a query's date is the ``CreationDate`` of its oldest duplicate link
+(when it was first closed). Queries ordered by that date (then id) are cut at 80%: the oldest
+80% are ``train`` (for training and tuning), the newest 20% ``test``; ``all`` is both. A query
+whose later links fall after the cut stays in the split of its first link, with all its links
+as its relevant set, so every query is in exactly one split and no test query's own links
+are trained on. :func:`duplicate_pairs` gives the (duplicate, original) pairs of a split for
+training.
+"""
+
+from __future__ import annotations
+
+import gzip
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from qres.corpus.readers import CorpusError, read_corpus
+from qres.datasets.benchmarks import RankingQuery, default_data_dir
+
+DUPLICATE = "3"
+SPLITS = ("all", "train", "test")
+TRAIN_SHARE = 0.8
+DEFAULT_FOLDER = "stackexchange-travel"
+
+
+@dataclass
+class ForumDuplicates:
+    queries: list[RankingQuery]  # each with its question, no candidates: it searches the forum
+    posts: Path  # Posts.xml: the whole forum, what the evaluation index holds
+    links: Path
+    cut_date: str  # the first closing date of the test split
+
+
+def forum_dir(data_dir: Path | None) -> Path:
+    """``data_dir`` itself (the folder of Posts.xml), default ``stackexchange-travel`` of the
+    shared data."""
+    return data_dir if data_dir is not None else default_data_dir() / DEFAULT_FOLDER
+
+
+def _find(folder: Path, name: str) -> Path:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise CorpusError(folder / name, None, "not found: pass --data-dir DIR holding the dump")
+
+
+def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
+    """(PostId, RelatedPostId, CreationDate) of each duplicate link, streamed."""
+    try:
+        with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as f:
+            for _, row in ET.iterparse(f):
+                if row.tag == "row" and row.get("LinkTypeId") == DUPLICATE:
+                    post, related = row.get("PostId"), row.get("RelatedPostId")
+                    if post and related:
+                        yield post, related, row.get("CreationDate") or ""
+                row.clear()
+    except ET.ParseError as err:
+        raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
+    except (OSError, EOFError) as err:
+        raise CorpusError(path, None, f"cannot read the file ({err})") from None
+
+
+def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDuplicates:
+    """The duplicate queries of ``split`` (one of :data:`SPLITS`), with their questions."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
+    folder = forum_dir(data_dir)
+    posts, links = _find(folder, "Posts.xml"), _find(folder, "PostLinks.xml")
+    closed: dict[str, tuple[str, set[str]]] = {}  # query → (first link date, originals)
+    for post, related, date in read_links(links):
+        first, originals = closed.get(post, (date, set()))
+        originals.add(related)
+        closed[post] = (min(first, date), originals)
+    wanted = set(closed) | {o for _, originals in closed.values() for o in originals}
+    questions = {q.id: q for q in read_corpus(posts, "stackexchange") if q.id in wanted}
+    present = {
+        post: (date, frozenset(o for o in originals if o in questions))
+        for post, (date, originals) in closed.items()
+        if post in questions
+    }
+    ordered = sorted(((d, p) for p, (d, o) in present.items() if o), key=_by_date_then_id)
+    cut = int(round(TRAIN_SHARE * len(ordered)))
+    chosen = {"all": ordered, "train": ordered[:cut], "test": ordered[cut:]}[split]
+    queries = [
+        RankingQuery(post, [], present[post][1], question=questions[post]) for _, post in chosen
+    ]
+    cut_date = ordered[cut][0] if cut < len(ordered) else ""
+    return ForumDuplicates(queries, posts, links, cut_date)
+
+
+def _by_date_then_id(item: tuple[str, str]) -> tuple[str, int, str]:
+    date, post = item
+    return (date, int(post) if post.isdigit() else 0, post)
+
+
+def duplicate_pairs(data_dir: Path | None, split: str = "train") -> list[tuple[str, str]]:
+    """(duplicate, original) id pairs of the queries of ``split``, for training."""
+    forum = load_forum_duplicates(data_dir, split)
+    return [(q.id, original) for q in forum.queries for original in sorted(q.relevant)]
