@@ -1,8 +1,8 @@
 # The qres service image: `qres serve` with the shipped model (no torch, no training extra).
-#   docker compose up -d qres   (see README, "Serving")
+#   docker compose up -d qres   (see docs/serving.md)
 FROM python:3.11-slim
 WORKDIR /qres
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY qres ./qres
 COPY training ./training
 COPY es_config ./es_config

@@ -1,8 +1,8 @@
 """qres: question retrieval for community Q&A forums.
 
     from qres import Index, SearchPipeline
-    Index.open("my-index", model="qres/models/default").add("qres/data/demo/questions.tsv")
-    print(SearchPipeline.open("my-index").search("boot ubuntu from usb", k=3))
+    Index.open("/tmp/my-index", model="qres/models/default").add("qres/data/demo/questions.tsv")
+    print(SearchPipeline.open("/tmp/my-index").search("boot ubuntu from usb", k=3))
 
 The names below are imported on first use, so ``import qres`` stays fast (no onnxruntime,
 tantivy or numpy until a search or an index needs them).

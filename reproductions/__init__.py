@@ -1,1 +1,1 @@
-"""The reproduction matrix of the README figures (matrix.yaml) and its runner (run.py)."""
+"""The reproduction matrix (matrix.yaml) behind docs/results.md, and its runner (run.py)."""

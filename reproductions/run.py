@@ -1,8 +1,8 @@
-"""Run the reproduction matrix (matrix.yaml) and check every figure; render the README table.
+"""Run the reproduction matrix (matrix.yaml) and check every figure; render its table.
 
     python reproductions/run.py            # every row
     python reproductions/run.py --fast     # the rows CI runs
-    python reproductions/run.py --readme   # rewrite the README table from matrix.yaml
+    python reproductions/run.py --write-table   # rewrite docs/results.md's table from matrix.yaml
 
 Commands run in-process from the repository root (relative paths in them are the repo's),
 with the user's $QRES_HOME, so evaluation indexes are re-used between runs. Exit status 1
@@ -23,7 +23,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MATRIX = ROOT / "reproductions" / "matrix.yaml"
-README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "results.md"
 BEGIN = "<!-- reproductions:begin (generated from reproductions/matrix.yaml) -->"
 END = "<!-- reproductions:end -->"
 COLUMNS = ("MAP", "MRR", "P@1", "P@5")
@@ -82,21 +82,23 @@ def render_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render_readme(readme: str, rows: list[dict]) -> str:
-    """``readme`` with the text between the markers replaced by the table of ``rows``."""
-    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    return readme[:start] + "\n" + render_table(rows) + "\n" + readme[end:]
+def render_table_into(page: str, rows: list[dict]) -> str:
+    """``page`` with the text between the markers replaced by the table of ``rows``."""
+    start, end = page.index(BEGIN) + len(BEGIN), page.index(END)
+    return page[:start] + "\n" + render_table(rows) + "\n" + page[end:]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", help="only the rows marked fast")
-    parser.add_argument("--readme", action="store_true", help="rewrite the README table")
+    parser.add_argument(
+        "--write-table", action="store_true", help="rewrite the table of docs/results.md"
+    )
     args = parser.parse_args(argv)
     os.chdir(ROOT)  # the commands' relative paths are the repository's
-    if args.readme:
-        README.write_text(render_readme(README.read_text("utf-8"), load_rows()), "utf-8")
-        print(f"rewrote the reproductions table of {README}")
+    if args.write_table:
+        RESULTS.write_text(render_table_into(RESULTS.read_text("utf-8"), load_rows()), "utf-8")
+        print(f"rewrote the reproductions table of {RESULTS}")
         return 0
     failed = 0
     for result in check(load_rows(args.fast)):

@@ -30,17 +30,21 @@ def readme_example() -> str:
 
 def test_readme_example_runs_from_the_checkout_root(tmp_path, monkeypatch):
     code = readme_example()
-    assert len([line for line in code.splitlines() if line.strip()]) == 3
-    # The example's relative paths, in a scratch directory: the index goes there, not in git.
-    (tmp_path / "qres").symlink_to(REPO / "qres")
-    monkeypatch.chdir(tmp_path)
+    assert len([line for line in code.splitlines() if line.strip()]) == 4
+    # The example's relative paths, from a copy of the checkout's root that git would see.
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "qres").symlink_to(REPO / "qres")
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})
     printed = out.getvalue()
     assert printed.startswith("[Result(id=") and printed.count("Result(") == 3, printed
     assert "cosine=None" not in printed  # hybrid: every result was rescored
-    assert (tmp_path / "demo-index" / "meta.json").is_file()
+    assert (tmp_path / "home" / "tmp" / "demo-index" / "meta.json").is_file()
+    assert [p.name for p in checkout.iterdir()] == ["qres"]  # nothing left in the checkout
 
 
 def test_search_pipeline_open_returns_what_qres_search_prints(run, tmp_path):

@@ -1,4 +1,4 @@
-"""The reproduction matrix: the README table is generated from it and its fast rows hold."""
+"""The reproduction matrix: docs/results.md's table is generated from it and its fast rows hold."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from reproductions import run as reproduce
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_table_is_the_one_the_matrix_renders():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert reproduce.render_readme(readme, reproduce.load_rows()) == readme, (
-        "README.md's reference table differs from reproductions/matrix.yaml: "
-        "run `python reproductions/run.py --readme`"
+def test_results_table_is_the_one_the_matrix_renders():
+    page = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    assert reproduce.render_table_into(page, reproduce.load_rows()) == page, (
+        "docs/results.md's reference table differs from reproductions/matrix.yaml: "
+        "run `python reproductions/run.py --write-table`"
     )
 
 
@@ -24,7 +24,7 @@ def test_render_replaces_only_the_marked_block():
         {"data": "D", "ranker": "R", "decimals": 1, "expected": dict.fromkeys(reproduce.COLUMNS, 5)}
     ]
     text = f"before\n{reproduce.BEGIN}\nstale\n{reproduce.END}\nafter\n"
-    rendered = reproduce.render_readme(text, rows)
+    rendered = reproduce.render_table_into(text, rows)
     assert rendered.startswith(f"before\n{reproduce.BEGIN}\n| data |")
     assert "| D | R | 5.0 | 5.0 | 5.0 | 5.0 |" in rendered and "stale" not in rendered
     assert rendered.endswith(f"{reproduce.END}\nafter\n")

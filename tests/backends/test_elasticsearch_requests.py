@@ -1243,8 +1243,8 @@ def test_healthcheck_sends_the_password_as_a_header_never_on_the_command_line(tm
 
 def test_compose_file_points_at_documentation_that_exists():
     first = COMPOSE.read_text().splitlines()[0]
-    assert "README.md" in first and "docs/" not in first
-    assert "## Scaling out with Elasticsearch" in (REPO / "README.md").read_text()
+    assert "(docs/elasticsearch.md)" in first
+    assert "# Scaling out with Elasticsearch" in (REPO / "docs" / "elasticsearch.md").read_text()
     text = COMPOSE.read_text() + ENV_EXAMPLE.read_text()
     assert text.count("first start only") == 2  # ELASTIC_PASSWORD's caveat, in both files
 
