@@ -1,5 +1,5 @@
 """The similar-questions widget in headless Chromium (Debian's chromium and chromium-driver,
-installed by .ci/run), against a real `qres serve`."""
+installed by the README's test command when missing), against a real `qres serve`."""
 
 from __future__ import annotations
 
