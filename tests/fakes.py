@@ -37,8 +37,11 @@ class TableEncoder:
     def tokenizer(self):
         return _texts
 
-    def encode_tokens(self, texts, batch_size: int = 256) -> np.ndarray:
-        return np.stack([self._vector(text) for text in texts])
+    def encode_tokens(self, texts, batch_size: int = 256, progress=None) -> np.ndarray:
+        vectors = np.stack([self._vector(text) for text in texts])
+        if progress:
+            progress(len(texts))
+        return vectors
 
 
 def _texts(questions) -> list[str]:

@@ -24,14 +24,21 @@ def fake_ort(*providers):
 
 
 def test_runtime_reads_the_environment(monkeypatch):
-    for name in ("QRES_DEVICE", "QRES_QUERY_THREADS", "QRES_BULK_THREADS", "QRES_ONNX_SPINNING"):
+    for name in (
+        "QRES_DEVICE",
+        "QRES_QUERY_THREADS",
+        "QRES_BULK_THREADS",
+        "QRES_ONNX_SPINNING",
+        "QRES_TOKEN_BUDGET",
+    ):
         monkeypatch.delenv(name, raising=False)
-    assert Runtime.from_env() == Runtime("auto", 1, 0, False)
+    assert Runtime.from_env() == Runtime("auto", 1, 0, False, 0)
     monkeypatch.setenv("QRES_DEVICE", "CPU")
     monkeypatch.setenv("QRES_QUERY_THREADS", "2")
     monkeypatch.setenv("QRES_BULK_THREADS", "3")
     monkeypatch.setenv("QRES_ONNX_SPINNING", "1")
-    assert Runtime.from_env() == Runtime("cpu", 2, 3, True)
+    monkeypatch.setenv("QRES_TOKEN_BUDGET", "512")
+    assert Runtime.from_env() == Runtime("cpu", 2, 3, True, 512)
     assert Runtime.from_env("cuda").device == "cuda"  # --device beats $QRES_DEVICE
     monkeypatch.setenv("QRES_DEVICE", "gpu")
     with pytest.raises(EncoderError, match="unknown device 'gpu'"):
@@ -78,7 +85,8 @@ def test_provider_status_on_this_machine():
 
 def test_sessions_use_the_configured_threads_and_do_not_spin():
     encoder = Encoder.load(MODEL, runtime=Runtime("cpu", query_threads=2, bulk_threads=2))
-    query = encoder._sessions["title"].get_session_options()
+    assert encoder._bulk is None  # made on first bulk use only
+    query = encoder._query()["title"].get_session_options()
     assert query.intra_op_num_threads == 2
     assert query.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert encoder._bulk is None  # made on first bulk use only
@@ -95,12 +103,12 @@ def test_sessions_use_the_configured_threads_and_do_not_spin():
     np.testing.assert_allclose(small, bulk_vectors[:3], atol=1e-6)
     # one-thread queries: the bulk runs use the query sessions, no second set is made
     shared = Encoder.load(MODEL, runtime=Runtime("cpu", query_threads=1, bulk_threads=2))
-    assert shared._bulk is shared._sessions and shared._parallel == 2
+    assert shared._bulk_sessions() is shared._query() and shared._parallel == 2
 
 
 def test_spinning_can_be_turned_back_on():
     encoder = Encoder.load(MODEL, runtime=Runtime("cpu", spinning=True))
-    options = encoder._sessions["title"].get_session_options()
+    options = encoder._query()["title"].get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
 
 
@@ -150,3 +158,41 @@ def test_bulk_runs_side_by_side_give_the_vectors_of_a_plain_encode():
         assert encoder._parallel == threads
         np.testing.assert_allclose(got, want, atol=2e-6)
         np.testing.assert_allclose(encoder.encode_questions(questions), want, atol=2e-6)
+
+
+def test_runs_are_cut_by_padded_tokens_and_cover_every_text_once():
+    lengths = [5, 300, 1, 40, 40, 7, 12, 5000, 3]
+    runs = enc.token_runs(lengths, budget=100)
+    assert sorted(i for run in runs for i in run) == list(range(len(lengths)))
+    flat = [lengths[i] for run in runs for i in run]
+    assert flat == sorted(lengths)  # by increasing length
+    for run in runs:
+        longest = max(lengths[i] for i in run)
+        assert len(run) == 1 or len(run) * longest <= 100  # a longer text runs alone
+    assert [len(r) for r in enc.token_runs([2] * 10, budget=1000, max_rows=4)] == [4, 4, 2]
+
+
+def test_identical_questions_are_encoded_once_and_progress_counts_every_question():
+    encoder = Encoder.load(MODEL, runtime=Runtime("cpu"))
+    questions = [Question(str(i), f"wifi question {i % 20}", f"body {i % 20}") for i in range(60)]
+    rows_run = []
+    session = encoder._bulk_sessions()["title"]
+    counting = _Counting(session.run, rows_run)
+    encoder._bulk = encoder._sessions = {"title": counting, "body": counting}
+    done = []
+    vectors = encoder.encode_tokens(encoder.tokenize(questions), progress=done.append)
+    assert sum(done) == 60
+    assert sum(rows_run) == 20 * 2  # twenty distinct questions, title and body
+    np.testing.assert_allclose(vectors[40], vectors[0])
+    np.testing.assert_allclose(
+        vectors[:20], np.stack([plain_encode(q) for q in questions[:20]]), atol=2e-6
+    )
+
+
+class _Counting:
+    def __init__(self, run, log):
+        self.real_run, self.log = run, log
+
+    def run(self, names, feeds):
+        self.log.append(len(feeds["token_ids"]))
+        return self.real_run(names, feeds)

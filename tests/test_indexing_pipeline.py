@@ -116,7 +116,7 @@ def test_killed_during_indexing_keeps_the_commits_and_a_rerun_completes(tmp_path
             fingerprint, dim, model_dir = "f" * 64, 4, "."
             def tokenizer(self):
                 return lambda qs: [len(q.title) for q in qs]
-            def encode_tokens(self, tokens, batch_size=256):
+            def encode_tokens(self, tokens, batch_size=256, progress=None):
                 return np.tile(np.array(tokens, np.float32)[:, None], (1, 4)) / 100
 
         written = 0
@@ -159,3 +159,28 @@ def test_the_pipelines_vectors_are_those_of_a_plain_encode(tmp_path):
     backend.close()
     assert has.all()
     np.testing.assert_allclose(stored, np.stack([plain_encode(q) for q in questions]), atol=2e-6)
+
+
+def test_progress_counts_questions_as_they_are_encoded_before_they_are_written(tmp_path):
+    from tests.fakes import TableEncoder
+
+    questions = [Question(str(i), f"wifi {i}", "usb") for i in range(250)]
+    backend = EmbeddedBackend(tmp_path / "index", create=True)
+    models = [
+        TableEncoder({"wifi": 0}, fingerprint="a" * 64),
+        TableEncoder({"usb": 1}, fingerprint="b" * 64),
+    ]
+    events = []
+    index_questions(
+        backend,
+        questions,
+        models,
+        batch_size=100,
+        workers=0,
+        on_encoded=lambda n: events.append(("encoded", n)),
+        on_batch=lambda n: events.append(("written", n)),
+    )
+    backend.close()
+    encoded = [n for kind, n in events if kind == "encoded"]
+    assert sum(encoded) == 250 and encoded[:2] == [50, 50]  # half a question per model
+    assert events.index(("encoded", 50)) < events.index(("written", 100))

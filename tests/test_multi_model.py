@@ -47,9 +47,9 @@ class Counting:
         self.encoded += len(questions)
         return self.inner.encode_questions(questions, *args)
 
-    def encode_tokens(self, tokens, *args):
+    def encode_tokens(self, tokens, *args, **kwargs):
         self.encoded += len(tokens)
-        return self.inner.encode_tokens(tokens, *args)
+        return self.inner.encode_tokens(tokens, *args, **kwargs)
 
 
 def mismatches(backend, encoder, questions) -> int:

@@ -193,6 +193,47 @@ def import_sentence_transformer(
     return card
 
 
+def derive_encoder(
+    source_dir: str | Path,
+    out_dir: str | Path,
+    quantize: str | None = None,
+    max_tokens: int | None = None,
+) -> dict:
+    """A cheaper variant of an imported transformer (a qres model directory), without torch:
+    its graph quantised (``int8``: onnxruntime dynamic quantisation) and/or its input cut to
+    ``max_tokens`` (a question is then its title and the first body tokens that fit). The cut
+    is written into ``tokenizer.json`` too, so the variant has its own fingerprint: vectors
+    of a cut model are never mixed with the whole model's. Returns the card."""
+    from tokenizers import Tokenizer
+
+    from qres.encoders.manifest import open_model
+
+    source, out_dir = open_model(source_dir), Path(out_dir)
+    card = {k: v for k, v in source.card.items() if k not in ("files", "fingerprint")}
+    if card.get("architecture") != TRANSFORMER:
+        raise EncoderImportError(f"{source.path}: not a transformer model directory")
+    native = int(card["max_seq_tokens"])
+    if max_tokens is not None and not 2 < max_tokens <= native:
+        raise EncoderImportError(f"--max-tokens must be between 3 and {native}, not {max_tokens}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source.path / GRAPH_FILE, out_dir / GRAPH_FILE)
+    tokenizer = Tokenizer.from_file(str(source.path / card["tokenizer_file"]))
+    if max_tokens is not None and max_tokens < native:
+        tokenizer.enable_truncation(max_tokens)
+        card["max_seq_tokens"] = card["max_title_tokens"] = card["max_body_tokens"] = max_tokens
+    tokenizer.save(str(out_dir / TOKENIZER_FILE))
+    card["tokenizer_file"] = TOKENIZER_FILE
+    if quantize == "int8" and card["encoder"].get("quantize") != "int8":
+        _quantize_int8(out_dir / GRAPH_FILE)
+        card["encoder"] = {**card["encoder"], "quantize": "int8"}
+    elif quantize not in (None, "int8"):
+        raise EncoderImportError(f"unknown quantisation {quantize!r} (int8)")
+    card["training"] = {**card.get("training", {}), "derived_from": source.card["fingerprint"]}
+    card["fingerprint"] = fingerprint(out_dir, [GRAPH_FILE], TOKENIZER_FILE)
+    _write_card(out_dir, card)
+    return card
+
+
 def parity_error(model, out_dir: Path) -> float:
     """Largest |qres Encoder − sentence-transformers| over texts of 1, 7, max and 2·max tokens,
     encoded one by one and as one padded batch."""

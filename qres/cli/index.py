@@ -125,7 +125,7 @@ def index(
             questions,
             encoder=encoder,
             batch_size=batch_size,
-            on_batch=advance,
+            on_encoded=advance,
             workers=workers,
         )
         compacted = compact_if_mostly_dead(backend)

@@ -62,6 +62,15 @@ SMALL_BATCH = 16
 # runs stay in cache: on the shipped GRU (2 loaded cores) runs of 32-64 encoded 1.2x faster
 # than runs of 256 and 3x faster than runs of 2048.
 CPU_RUN = 64
+# Padded tokens (rows x longest row) per onnxruntime run of a transformer's bulk work. Memory
+# per run grows with it (attention is rows x length^2), so a bound on it bounds memory
+# whatever the texts. On MiniLM over travel.stackexchange questions (2 cores): 2,048-4,096
+# encoded as fast as 8,192 and 16,384 (within the noise of a loaded machine, or faster) at a
+# third of the peak memory, and 2.5x faster than runs of 256 texts padded to the longest.
+# onnxruntime's CPU arena stays on: with bounded runs it stops growing, and turning it (and
+# the memory pattern) off encoded ~40% slower without a lower peak.
+TOKEN_BUDGET = 4096
+GPU_TOKEN_BUDGET = 65536
 
 
 def _env_int(name: str, default: int) -> int:
@@ -90,12 +99,15 @@ class Runtime:
     * ``spinning`` (``$QRES_ONNX_SPINNING=1``): let idle onnxruntime threads busy-wait for
       the next run. Off by default: spinning threads take the CPU from the rest of a query
       (tantivy, ranking) and from the other indexing stages.
+    * ``token_budget`` (``$QRES_TOKEN_BUDGET``, default 0 = :data:`TOKEN_BUDGET` on the CPU,
+      :data:`GPU_TOKEN_BUDGET` on CUDA): padded tokens per run of a transformer's bulk work.
     """
 
     device: str = "auto"
     query_threads: int = 1
     bulk_threads: int = 0
     spinning: bool = False
+    token_budget: int = 0
 
     @classmethod
     def from_env(cls, device: str | None = None) -> Runtime:
@@ -107,6 +119,7 @@ class Runtime:
             query_threads=_env_int("QRES_QUERY_THREADS", 1),
             bulk_threads=_env_int("QRES_BULK_THREADS", 0),
             spinning=os.environ.get("QRES_ONNX_SPINNING", "0").strip() == "1",
+            token_budget=_env_int("QRES_TOKEN_BUDGET", 0),
         )
 
     def session_options(self, ort, threads: int):
@@ -211,7 +224,8 @@ class Encoder:
 
     Single queries (and batches under :data:`SMALL_BATCH`) run on the query sessions, bulk
     work on the bulk sessions, made on first use; see :class:`Runtime` for where each runs.
-    ``make_bulk`` returns the bulk sessions and how many runs may go at once on them.
+    ``make_bulk`` returns the bulk sessions and how many runs may go at once on them (none:
+    bulk work runs on the query sessions).
     """
 
     PARALLEL_RUNS = True  # bulk CPU work: one-thread runs side by side (see Runtime)
@@ -224,15 +238,17 @@ class Encoder:
         sessions: dict,
         parallel: int = 1,
         make_bulk: Callable[[], tuple[dict, int]] | None = None,
+        token_budget: int = TOKEN_BUDGET,
     ):
         self.model_dir, self._card, self.vocab = model_dir, card, vocab
         self._sessions = sessions  # {"title": session, "body": session (maybe the same)}
         self._make_bulk = make_bulk
-        self._bulk: dict | None = None if make_bulk else sessions
+        self._bulk: dict | None = None
         self._parallel = parallel  # runs at once on the bulk sessions
         self._lock = threading.Lock()
         self.title_max = int(card["max_title_tokens"])
         self.body_max = int(card["max_body_tokens"])
+        self.token_budget = token_budget
 
     @classmethod
     def load(
@@ -296,28 +312,44 @@ class Encoder:
                 return 1, bulk_threads
             return bulk_threads, 1
 
+        def budget(chosen: list[str]) -> int:
+            return runtime.token_budget or (GPU_TOKEN_BUDGET if CUDA in chosen else TOKEN_BUDGET)
+
         if providers:
             threads, parallel = bulk_plan(list(providers))
-            return kind(model_dir, card, vocab, sessions(list(providers), threads), parallel)
+            return kind(
+                model_dir,
+                card,
+                vocab,
+                sessions(list(providers), threads),
+                parallel,
+                token_budget=budget(list(providers)),
+            )
         query_providers = runtime.providers(ort, bulk=False)
         bulk_providers = runtime.providers(ort, bulk=True)
         query = sessions(query_providers, runtime.query_threads)
         threads, parallel = bulk_plan(bulk_providers)
-        if bulk_providers == query_providers and threads == runtime.query_threads:
-            return kind(model_dir, card, vocab, query, parallel)  # one set of sessions
+        shared = bulk_providers == query_providers and threads == runtime.query_threads
         return kind(
             model_dir,
             card,
             vocab,
             query,
-            make_bulk=lambda: (sessions(bulk_providers, threads), parallel),
+            parallel,
+            None if shared else lambda: (sessions(bulk_providers, threads), parallel),
+            token_budget=budget(bulk_providers),
         )
 
     @staticmethod
     def load_vocab(model_dir: Path, card: dict):
         return Vocab.load(model_dir / VOCAB_FILE)
 
+    def _query(self) -> dict:
+        return self._sessions
+
     def _bulk_sessions(self) -> dict:
+        if self._make_bulk is None:  # bulk work runs on the query sessions
+            return self._query()
         if self._bulk is None:
             with self._lock:
                 if self._bulk is None:
@@ -343,7 +375,7 @@ class Encoder:
 
     @property
     def query_providers(self) -> list[str]:
-        return list(self._sessions["title"].get_providers())
+        return list(self._query()["title"].get_providers())
 
     def encode_ids(
         self,
@@ -355,7 +387,7 @@ class Encoder:
         """Unit vectors [n, dim] of token-id sequences; an empty sequence gives zeros.
         ``batch_size``: sequences per run (default :data:`CPU_RUN`)."""
         out = np.zeros((len(sequences), self.dim), dtype=np.float32)
-        session = (self._bulk_sessions() if bulk else self._sessions)[field]
+        session = (self._bulk_sessions() if bulk else self._query())[field]
         parallel = self._parallel if bulk else 1
         batch_size = batch_size or CPU_RUN
         # Similar lengths share a run so little time goes on padding.
@@ -383,14 +415,22 @@ class Encoder:
         return partial(_tokenize, self.vocab, self.title_max, self.body_max)
 
     def encode_tokens(
-        self, tokens: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int | None = None
+        self,
+        tokens: Sequence[tuple[Sequence[int], Sequence[int]]],
+        batch_size: int | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
         """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output (title and body
-        averaged); calls from several threads may overlap."""
-        bulk = len(tokens) >= SMALL_BATCH
-        titles = self.encode_ids([t for t, _ in tokens], "title", batch_size, bulk)
-        bodies = self.encode_ids([b for _, b in tokens], "body", batch_size, bulk)
-        return _normalize(titles + bodies)
+        averaged; identical questions encoded once); calls from several threads may
+        overlap. ``progress(n)`` is called with the number of questions when done."""
+        unique, where = _unique([(tuple(t), tuple(b)) for t, b in tokens])
+        bulk = len(unique) >= SMALL_BATCH
+        titles = self.encode_ids([t for t, _ in unique], "title", batch_size, bulk)
+        bodies = self.encode_ids([b for _, b in unique], "body", batch_size, bulk)
+        vectors = _normalize(titles + bodies)[where]
+        if progress:
+            progress(len(tokens))
+        return vectors
 
     def encode_questions(
         self, questions: Sequence[Question], batch_size: int | None = None
@@ -416,10 +456,8 @@ class TransformerEncoder(Encoder):
 
     PARALLEL_RUNS = False  # not measured for transformers: intra-op threads, as before
 
-    def __init__(
-        self, model_dir: Path, card: dict, tokenizer, sessions: dict, parallel=1, make_bulk=None
-    ):
-        super().__init__(model_dir, card, tokenizer, sessions, parallel, make_bulk)
+    def __init__(self, model_dir: Path, card: dict, tokenizer, sessions, *args, **kwargs):
+        super().__init__(model_dir, card, tokenizer, sessions, *args, **kwargs)
         self.max_tokens = int(card["max_seq_tokens"])
         self._pad_id = int(card.get("pad_token_id", 0))
 
@@ -440,32 +478,61 @@ class TransformerEncoder(Encoder):
         return partial(_tokenize_text, self.vocab)
 
     def encode_tokens(
-        self, tokens: Sequence[tuple[Sequence[int], Sequence[int]]], batch_size: int | None = None
+        self,
+        tokens: Sequence[tuple[Sequence[int], Sequence[int]]],
+        batch_size: int | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output; ``batch_size``
-        texts per run (default 256, what indexing on the CPU runs)."""
-        batch_size = batch_size or 256
-        ids = [t for t, _ in tokens]
-        out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        session = (self._bulk_sessions() if len(ids) >= SMALL_BATCH else self._sessions)["title"]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            width = max(len(ids[i]) for i in rows)
+        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output.
+
+        Identical texts are encoded once. The rest are sorted by length and cut into runs
+        of at most :attr:`token_budget` padded tokens (rows x the run's longest row; a text
+        longer than the budget runs alone), ``batch_size`` rows at most if given, so memory
+        per run is bounded whatever the texts. ``progress(n)`` is called after each run
+        with the number of texts (duplicates included) it covered."""
+        ids, where = _unique([tuple(t) for t, _ in tokens])
+        copies = np.bincount(where, minlength=len(ids))
+        unique = np.zeros((len(ids), self.dim), dtype=np.float32)
+        session = (self._bulk_sessions() if len(ids) >= SMALL_BATCH else self._query())["title"]
+        for rows in token_runs([len(t) for t in ids], self.token_budget, batch_size):
+            width = len(ids[rows[-1]])
             batch = np.full((len(rows), width), self._pad_id, dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
             for r, i in enumerate(rows):
                 batch[r, : len(ids[i])] = ids[i]
                 mask[r, : len(ids[i])] = 1
-            out[rows] = session.run(["vector"], {"input_ids": batch, "attention_mask": mask})[0]
-        return out
+            unique[rows] = session.run(["vector"], {"input_ids": batch, "attention_mask": mask})[0]
+            if progress:
+                progress(int(copies[rows].sum()))
+        return unique[where]
 
-    def encode_questions(self, questions: Sequence[Question], batch_size: int = 64) -> np.ndarray:
-        return self.encode_tokens(self.tokenize(questions), batch_size)
-
-    def encode_texts(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         """Unit vectors [n, dim] of texts, each cut to the card's ``max_seq_tokens``."""
-        return self.encode_questions([Question(str(i), t, "") for i, t in enumerate(texts)])
+        questions = [Question(str(i), t, "") for i, t in enumerate(texts)]
+        return self.encode_questions(questions, batch_size)
+
+
+def _unique(keys: Sequence) -> tuple[list, np.ndarray]:
+    """The distinct ``keys`` in first-seen order, and where each key is among them."""
+    first: dict = {}
+    where = [first.setdefault(key, len(first)) for key in keys]
+    return list(first), np.array(where, dtype=np.int64)
+
+
+def token_runs(lengths: Sequence[int], budget: int, max_rows: int | None = None) -> list[list[int]]:
+    """Indices of ``lengths`` by increasing length, cut into runs whose padded size (rows x
+    longest) stays within ``budget`` tokens and ``max_rows`` rows; a longer text runs alone."""
+    runs: list[list[int]] = []
+    run: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        full = max_rows is not None and len(run) >= max_rows
+        if run and (full or (len(run) + 1) * max(lengths[i], 1) > budget):
+            runs.append(run)
+            run = []
+        run.append(i)
+    if run:
+        runs.append(run)
+    return runs
 
 
 def _tokenize_text(tokenizer, questions: Sequence[Question]):

@@ -77,14 +77,17 @@ def index_questions(
     commit_every: int = 20_000,
     on_batch: Callable[[int], None] | None = None,
     workers: int | None = None,
+    on_encoded: Callable[[float], None] | None = None,
 ) -> IndexReport:
     """Upsert ``questions`` into ``backend``; with ``encoder`` (a
     :class:`qres.encoders.runtime.Encoder`,
     or a list of them: one vector per model) each question's vectors are stored too; every
     model the index holds must be given; a model new to a non-empty index is first added to
     the questions it holds (:func:`add_models`). ``on_batch(n)`` is called after each batch is
-    written; ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA;
-    ``workers`` (default :func:`default_workers`) processes prepare batches."""
+    written, ``on_encoded(n)`` as questions are encoded, within a batch (a share of a
+    question per model with several models; without a model, when a batch is prepared);
+    ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA; ``workers``
+    (default :func:`default_workers`) processes prepare batches."""
     encoders = _encoders(encoder)
     if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
         new = _record_models(backend, encoders)
@@ -124,13 +127,18 @@ def index_questions(
     def encode(batch: _Batch | Future) -> _Batch:
         if isinstance(batch, Future):
             batch = batch.result()
+        share = (lambda n: on_encoded(n / len(encoders))) if on_encoded and encoders else None
         if encoders:
             vectors = {
-                e.fingerprint: e.encode_tokens(tokens, len(tokens) if on_gpu else None)
+                e.fingerprint: e.encode_tokens(
+                    tokens, len(tokens) if on_gpu else None, progress=share
+                )
                 for e, tokens in zip(encoders, batch.tokens, strict=True)
             }
             # one model: a plain array, as every backend takes it
             batch.vectors = vectors if len(encoders) > 1 else vectors[encoders[0].fingerprint]
+        elif on_encoded:
+            on_encoded(len(batch.questions))
         return batch
 
     def write(batch: _Batch) -> None:

@@ -56,6 +56,27 @@ def test_vectors_match_sentence_transformers_on_1_7_and_256_tokens(imported):
     assert card["export"]["parity_max_abs_error"] <= 1e-4
 
 
+def test_bulk_runs_cut_by_a_token_budget_give_the_vectors_of_one_at_a_time(imported):
+    """Indexing's path (bulk session, runs of at most 300 padded tokens, duplicates encoded
+    once) against each question encoded alone on the query session."""
+    from qres.encoders.runtime import Runtime
+
+    out, _, _ = imported
+    encoder = Encoder.load(out, runtime=Runtime("cpu", bulk_threads=2, token_budget=300))
+    texts = texts_of_lengths(out / "tokenizer.json", (1, 3, 7, *range(10, 300, 15)))
+    # each text twice; the longest ones are cut to the same 256 tokens
+    questions = [Question(str(i), texts[i % len(texts)], "") for i in range(2 * len(texts))]
+    questions.append(Question("title+body", "visa in doha", texts[5]))
+    tokens = encoder.tokenize(questions)
+    done = []
+    got = encoder.encode_tokens(tokens, progress=done.append)
+    assert encoder._bulk is not None  # many questions: the bulk session ran them
+    assert sum(done) == len(questions) and len(done) > 3  # several runs, progress per run
+    alone = np.stack([encoder.encode_questions([q])[0] for q in questions])
+    assert np.abs(got - alone).max() <= 1e-5
+    np.testing.assert_array_equal(got[0], got[len(texts)])  # a repeated text: one vector
+
+
 def test_the_packaged_minilm_converts_to_the_model_the_shipped_fusion_was_fitted_for(imported):
     """`qres import-encoder default` builds MiniLM exactly so: with the pinned torch the ONNX
     graph is byte-identical, so the default set's shipped fusion applies to it."""
@@ -132,3 +153,21 @@ def test_int8_quantisation_stays_close_and_logs_nothing(tmp_path, caplog):
     )
     # measured cosines to the fp32 vectors: 0.96, 0.97 and 0.91 (one-letter text)
     assert (quantised * reference).sum(axis=1).min() > 0.85
+
+
+def test_a_derived_int8_model_cut_to_64_tokens_has_its_own_fingerprint(imported, tmp_path):
+    from qres.training.import_encoder import derive_encoder
+
+    out, card, _ = imported
+    derived = derive_encoder(out, tmp_path / "minilm-int8-64", quantize="int8", max_tokens=64)
+    assert derived["max_seq_tokens"] == 64 and derived["encoder"]["quantize"] == "int8"
+    assert derived["fingerprint"] != card["fingerprint"]
+    cut_only = derive_encoder(out, tmp_path / "minilm-64", max_tokens=64)
+    assert cut_only["fingerprint"] not in (card["fingerprint"], derived["fingerprint"])
+    whole, small = Encoder.load(out), Encoder.load(tmp_path / "minilm-int8-64")
+    short, long = texts_of_lengths(out / "tokenizer.json", (12, 200))
+    assert [len(ids) for ids, _ in small.tokenize([Question("q", long, "")])] == [64]
+    # int8 weights move a short text's vector a little, not to another place
+    assert float(whole.encode_query(short) @ small.encode_query(short)) > 0.95
+    with pytest.raises(EncoderImportError, match="between 3 and 256"):
+        derive_encoder(out, tmp_path / "bad", max_tokens=1000)
