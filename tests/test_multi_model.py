@@ -264,7 +264,7 @@ def test_hybrid_over_two_models_equals_a_hand_computation(tmp_path, two_model_in
     ).save_file(tmp_path / "fusion.json")
     text = f"{questions[7].title} {questions[9].body}"
     with EmbeddedBackend(path) as ix:
-        pipeline = SearchPipeline.for_index(ix, fusion=fusion_file)
+        pipeline = SearchPipeline.for_index(ix, fusion=fusion_file, dense_candidates=0)
         assert [e.fingerprint for e in pipeline.encoders] == [b.fingerprint, a.fingerprint]
         got = pipeline.search(text, k=10)
         hits = ix.search(text, 100)
@@ -284,7 +284,10 @@ def test_hybrid_over_two_models_equals_a_hand_computation(tmp_path, two_model_in
             (float(cos[b.fingerprint][i]), float(cos[a.fingerprint][i])), abs=1e-5
         )
     # without a fusion file: half the weight on BM25, the rest shared by the cosines
-    with EmbeddedBackend(path) as ix, SearchPipeline.for_index(ix) as pipeline:
+    with (
+        EmbeddedBackend(path) as ix,
+        SearchPipeline.for_index(ix, dense_candidates=0) as pipeline,
+    ):
         equal = pipeline.search(text, k=10)
     fused = 0.5 * bm25 / bm25.max() + 0.25 * cos[a.fingerprint] + 0.25 * cos[b.fingerprint]
     order = np.argsort(-fused, kind="stable")[:10]

@@ -66,7 +66,8 @@ def test_top_k_is_identical_to_the_plain_path(demo, shared_data, mode):
     dev = load_semeval(dataset_dir("semeval2016", shared_data), "dev")
     queries = [q.question.title for q in dev.queries]
     queries += [q.title for q in questions[:60]] + ["the of and", "zzz unknown"]
-    pipeline = SearchPipeline(backend, encoder, FUSION)
+    # The reference ranks BM25's candidates alone (tests/test_dense_candidates.py: the union).
+    pipeline = SearchPipeline(backend, encoder, FUSION, dense_candidates=0)
     compared = 0
     for text in queries:
         for k in (1, 5, 10, 100):
@@ -89,7 +90,9 @@ def test_bm25_asks_the_engine_for_k_and_ids_are_read_for_the_final_k_only(demo, 
         return found
 
     monkeypatch.setattr(EmbeddedBackend, "candidates", spy)
-    pipeline = SearchPipeline(backend, encoder, FUSION)
+    # BM25's candidates alone; the union with the nearest questions reads all K ids to
+    # leave out the ones both stages found (tests/test_dense_candidates.py).
+    pipeline = SearchPipeline(backend, encoder, FUSION, dense_candidates=0)
     assert len(pipeline.search("install ubuntu from usb", 3, "bm25")) == 3
     assert len(pipeline.search("install ubuntu from usb", 3, "hybrid")) == 3
     assert asked == [3, 100]

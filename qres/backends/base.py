@@ -64,6 +64,33 @@ class Candidates:
         """The ids of the candidates at ``rows`` (positions in best-first order)."""
         return [self._hits[i].id for i in rows]
 
+    @staticmethod
+    def joined(first: Candidates, second: Candidates) -> Candidates:
+        """``first``'s candidates, then ``second``'s (scored for the same query vectors)."""
+        return _Joined(first, second)
+
+
+class _Joined(Candidates):
+    def __init__(self, first: Candidates, second: Candidates):
+        self._parts, self._split = (first, second), len(first)
+        self.scores = np.concatenate([first.scores, second.scores])
+        self.cosine = self.has_vector = self.cosines = None
+        if first.cosine is not None and second.cosine is not None:
+            self.cosine = np.concatenate([first.cosine, second.cosine])
+            self.has_vector = np.concatenate([first.has_vector, second.has_vector])
+        if first.cosines is not None and second.cosines is not None:
+            self.cosines = {
+                fp: np.concatenate([c, second.cosines[fp]]) for fp, c in first.cosines.items()
+            }
+
+    def ids(self, rows: Sequence[int]) -> list[str]:
+        rows = list(rows)
+        first = self._parts[0].ids([r for r in rows if r < self._split])
+        second = self._parts[1].ids([r - self._split for r in rows if r >= self._split])
+        by_row = dict(zip([r for r in rows if r < self._split], first, strict=True))
+        by_row |= dict(zip([r for r in rows if r >= self._split], second, strict=True))
+        return [by_row[r] for r in rows]
+
 
 class Backend(ABC):
     """A question index: BM25 over title and body, stored fields, optional dense vectors."""
@@ -149,6 +176,18 @@ class Backend(ABC):
             return hits, np.zeros(0, np.float32), np.zeros(0, bool)
         vectors, has_vector = self.vectors([h.id for h in hits])
         return hits, vectors @ query_vector, has_vector  # both sides are L2-normalised
+
+    supports_nearest: bool = False  # whether nearest() searches the stored vectors
+
+    def nearest(self, query_vector: np.ndarray, k: int, model: str | None = None) -> list[Hit]:
+        """The ``k`` stored questions whose vectors have the highest cosine to the
+        L2-normalised ``query_vector``, best first, ``Hit.score`` the cosine; questions
+        without a vector are never returned. ``model``: a model fingerprint of an index of
+        several (None: the first model)."""
+        raise BackendError(
+            f"the {self.name} backend keeps no searchable vectors: nearest-neighbour search "
+            "is not supported"
+        )
 
     several_models: bool = False  # whether it stores a vector per model (upsert's dicts)
 

@@ -69,6 +69,7 @@ _META_KEYS = ("analyzer", "title_boost", "vector_dtype")
 _INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
 _MORE_VECTORS = re.compile(r"vectors-[0-9a-f]{16}\.f(16|32)")  # further models' vector files
 _COPY_BATCH = 1024  # documents per batch when compaction copies an index
+_SCORE_ROWS = 16_384  # vector rows scored at a time by nearest() (bounds the float32 copy)
 # The on-disk layouts this code reads and writes. 1: title/body also indexed as one raw term;
 # 2: one model; 3: several models (``more_models``), which an older qres must not open.
 FORMAT = 2
@@ -800,6 +801,40 @@ class EmbeddedBackend(Backend):
         out = np.zeros((len(slots), dim), np.float32)
         out[have] = store[slots[have]]
         return out, have
+
+    supports_nearest = True
+
+    def nearest(self, query_vector: np.ndarray, k: int, model: str | None = None) -> list[Hit]:
+        """Exact search: the cosine of every stored row (memory-mapped, scored in blocks),
+        of which only the rows live documents point to are ranked."""
+        return self._consistent(lambda: self._nearest(query_vector, k, model))
+
+    def _nearest(self, query_vector, k: int, model: str | None) -> list[Hit]:
+        number = 0 if model is None else self._model_number(model)
+        if k <= 0 or self._dim(number) is None:
+            return []
+        searcher = self._index.searcher()
+        with_vector = tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+        )
+        live = searcher.search(with_vector, max(searcher.num_docs, 1), count=False).hits
+        if not live:
+            return []
+        addresses = [address for _, address in live]
+        slots = np.asarray(searcher.fast_field_values("slot", addresses), np.int64)
+        store = self._vector_rows(int(slots.max()) + 1, number)
+        query = np.asarray(query_vector, np.float32)
+        cosine = np.empty(len(store), np.float32)
+        for start in range(0, len(store), _SCORE_ROWS):
+            block = store[start : start + _SCORE_ROWS]
+            cosine[start : start + len(block)] = block.astype(np.float32) @ query
+        held = slots < len(store)
+        slots, addresses = slots[held], [a for a, h in zip(addresses, held, strict=True) if h]
+        scores = cosine[slots]
+        k = min(k, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.lexsort((slots[top], -scores[top]))]  # best first; ties: oldest row first
+        return [Hit(searcher.doc(addresses[i])["id"][0], float(scores[i])) for i in top]
 
     def count(self) -> int:
         self._follow_swaps()

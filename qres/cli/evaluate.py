@@ -12,6 +12,7 @@ from qres.cli.group import (
     Context,
     _with_model_set,
     console,
+    dense_candidates_option,
     json_option,
     model_set_option,
     stdout,
@@ -61,6 +62,7 @@ def _dataset_options(command):
     "then use every encoder's cosine, from one evaluation index holding all their vectors.",
 )
 @model_set_option
+@dense_candidates_option
 @click.option(
     "--fusion",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -111,6 +113,7 @@ def evaluate(
     rankers,
     models,
     model_set,
+    dense_candidates,
     fusion,
     data_dir,
     corpus,
@@ -130,11 +133,10 @@ def evaluate(
                  body) with dev|test.pos.txt and .neg.txt ("query_id candidate_id"
                  lines). Adds AUC(0.05) over all labelled pairs; MAP and the rest
                  rank each query's labelled candidates.
-    stackexchange  DIR/Posts.xml, PostLinks.xml: each duplicate searches the forum;
-                 R@1/10/100, MRR@10, nDCG@10 (--compare: nDCG@10); --split all,
-                 train (oldest 80% by closing date), test (newest 20%).
-    The qres rankers run the production search path restricted to each query's
-    candidates, over an evaluation index kept under $QRES_HOME/eval.
+    stackexchange  DIR/Posts.xml, PostLinks.xml: each duplicate searches the forum; R@1/10/100,
+                 MRR@10, nDCG@10; --split all, train (oldest 80%), test (newest 20%).
+    The qres rankers run the production search path (each query's candidates only,
+    or the whole forum), over an evaluation index kept under $QRES_HOME/eval.
     --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
     whole corpus (SemEval: all related questions; AskUbuntu: the --corpus file;
     Android: its corpus). given-order has no Acc@K.
@@ -159,8 +161,8 @@ def evaluate(
           --fusion fusion-both.json
       qres evaluate --dataset semeval2016 --model-set default --ranker bm25 --ranker hybrid \\
           --compare
-      qres evaluate --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
-          --split test --model-set default --ranker bm25 --ranker hybrid --compare
+      qres evaluate --dataset stackexchange --split test --ranker bm25 --ranker hybrid \\
+          --model-set default --compare
     """
     from qres.evaluation import runner as ev
     from qres.evaluation.rankers import open_eval_index
@@ -173,7 +175,6 @@ def evaluate(
         raise click.BadParameter(str(err), param_hint=err.option) from None
     if compare and len(rankers) != 2:
         raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
-
     evaluations = ev.evaluate_rankers(
         benchmark,
         rankers,
@@ -183,6 +184,7 @@ def evaluate(
         accuracy_at,
         note=lambda message: console.print(message, highlight=False),
         fusion_file=fusion,
+        dense_candidates=dense_candidates,
     )
     if save_run is not None:
         _save_runs(save_run, evaluations)

@@ -178,6 +178,18 @@ def json_option(command):
     )(command)
 
 
+def dense_candidates_option(command):
+    """``--dense-candidates N``: the questions nearest by vector joining BM25's candidates."""
+    return click.option(
+        "--dense-candidates",
+        default=100,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="Questions nearest to the query vector that join BM25's candidates in dense and "
+        "hybrid search (0: BM25's candidates alone).",
+    )(command)
+
+
 def model_set_option(command):
     """``--model-set default``: the default set's models, before any ``--model``."""
     return click.option(

@@ -14,6 +14,7 @@ from qres.backends.base import Backend, BackendError
 from qres.cli.group import (
     Context,
     console,
+    dense_candidates_option,
     index_fusion_option,
     json_option,
     stdout,
@@ -32,8 +33,9 @@ from qres.cli.group import (
     "--mode",
     type=click.Choice(["bm25", "dense", "hybrid"]),
     default=None,
-    help="bm25 alone, BM25 candidates re-ordered by cosine (dense), or by the fused score "
-    "(hybrid) [default: hybrid when the index has vectors, else bm25].",
+    help="bm25 alone, or the candidates (BM25's and the nearest by vector) re-ordered by "
+    "cosine (dense) or by the fused score (hybrid) [default: hybrid when the index has "
+    "vectors, else bm25].",
 )
 @click.option(
     "--model",
@@ -48,6 +50,7 @@ from qres.cli.group import (
     type=click.IntRange(min=1),
     help="BM25 candidates to rescore.",
 )
+@dense_candidates_option
 @click.option("--explain", is_flag=True, help="Show each result's BM25, cosine(s) and fused score.")
 @click.option(
     "--log-queries",
@@ -56,7 +59,9 @@ from qres.cli.group import (
     "for the Kibana dashboard.",
 )
 @click.pass_obj
-def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_queries):
+def search(
+    obj: Context, text, k, mode, model, fusion, candidates, dense_candidates, explain, log_queries
+):
     """Find the indexed questions most like TEXT.
 
     TEXT is taken as plain words: quotes, field:value, AND/OR and wildcards are
@@ -74,7 +79,13 @@ def search(obj: Context, text, k, mode, model, fusion, candidates, explain, log_
                 "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
             )
         pipeline = SearchPipeline.for_index(
-            backend, model, mode, candidates, device=obj.device, fusion=fusion
+            backend,
+            model,
+            mode,
+            candidates,
+            device=obj.device,
+            fusion=fusion,
+            dense_candidates=dense_candidates,
         )
         signals = model_labels(pipeline.encoders)
         mode = pipeline.mode

@@ -22,7 +22,7 @@ from qres.backends import open_backend
 from qres.backends.base import Backend, BackendError, IndexFormatError, index_models
 from qres.corpus.readers import Question
 from qres.indexing.pipeline import index_questions
-from qres.ranking.search import MODES, SearchPipeline
+from qres.ranking.search import DEFAULT_DENSE_CANDIDATES, MODES, SearchPipeline
 
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
 # Corpus questions the BOW-CNN scorer compares with all queries at once (bounds memory).
@@ -147,6 +147,7 @@ def make_ranker(
     corpus: Callable[[], Iterable[Question]],
     indexed: Callable[[], Iterable[Question]] | None = None,
     corpus_backend: Backend | None = None,
+    dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
 ):
     """The ranker object for ``ranker`` (None for given-order).
 
@@ -166,8 +167,9 @@ def make_ranker(
     corpus_pipeline = None
     if corpus_backend is not None:
         ensure_index(corpus_backend, corpus, encoder)
-        corpus_pipeline = _pipeline(corpus_backend, encoder, fusion)
-    return PipelineRanker(_pipeline(backend, encoder, fusion), ranker, corpus_pipeline)
+        corpus_pipeline = _pipeline(corpus_backend, encoder, fusion, dense_candidates)
+    pipeline = _pipeline(backend, encoder, fusion, dense_candidates)
+    return PipelineRanker(pipeline, ranker, corpus_pipeline)
 
 
 def open_eval_index(backend_name: str | None, name: str) -> Backend:
@@ -198,6 +200,6 @@ def ensure_index(
     index_questions(backend, questions(), encoder=encoders if several else encoder)
 
 
-def _pipeline(backend, encoder, fusion) -> SearchPipeline:
+def _pipeline(backend, encoder, fusion, dense_candidates) -> SearchPipeline:
     kwargs = {"fusion": fusion} if fusion is not None else {}
-    return SearchPipeline(backend, encoder, **kwargs)
+    return SearchPipeline(backend, encoder, dense_candidates=dense_candidates, **kwargs)

@@ -64,7 +64,7 @@ from qres.evaluation.rankers import ensure_index, make_ranker
 from qres.evaluation.significance import Comparison
 from qres.evaluation.trec import read_run, write_run
 from qres.ranking.fusion import Fusion, shipped_fusion_for
-from qres.ranking.search import MODES, SearchPipeline
+from qres.ranking.search import DEFAULT_DENSE_CANDIDATES, MODES, SearchPipeline
 
 DATASETS = ("askubuntu", "semeval2016", "android", "stackexchange")
 FORUM_COLUMNS = ("R@1", "R@10", "R@100", "MRR@10", "nDCG@10")
@@ -171,6 +171,7 @@ def evaluate(
     scorer=None,
     accuracy_at: Sequence[int] = (),
     corpus_backend: Backend | None = None,
+    dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
 ) -> Evaluation:
     """Rank each query's candidates with ``ranker`` (of ``qres.evaluation.rankers.RANKERS``), score
     them.
@@ -186,7 +187,14 @@ def evaluate(
         )
     if benchmark.whole_forum and ranker in MODES:
         ranking = make_ranker(
-            ranker, backend, encoder, fusion, scorer, benchmark.texts, benchmark.corpus
+            ranker,
+            backend,
+            encoder,
+            fusion,
+            scorer,
+            benchmark.texts,
+            benchmark.corpus,
+            dense_candidates=dense_candidates,
         )
         questions = [q.question for q in benchmark.queries]
         return _score_forum(benchmark, ranker, ranking.top_scored(questions, FORUM_DEPTH))
@@ -211,6 +219,7 @@ def evaluate(
         benchmark.corpus,
         indexed=benchmark.indexed,
         corpus_backend=corpus_backend if accuracy_at else None,
+        dense_candidates=dense_candidates,
     )
     rankings, pair_labels, pair_scores = [], [], []
     ranked: dict[str, list[tuple[str, float]]] = {}
@@ -415,6 +424,7 @@ def evaluate_rankers(
     accuracy_at: Sequence[int] = (),
     note: Callable[[str], None] = lambda _message: None,
     fusion_file: Path | None = None,
+    dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
 ) -> list[Evaluation]:
     """What ``qres evaluate`` does: each ranker of :func:`choose_rankers` on ``benchmark``
     with ``model`` (an encoder or a BOW-CNN export, or a list of several encoders, whose
@@ -429,7 +439,15 @@ def evaluate_rankers(
     if isinstance(model, list | tuple):
         if len(model) > 1:
             return _evaluate_models(
-                benchmark, rankers, model, open_index, load_encoder, accuracy_at, note, fusion_file
+                benchmark,
+                rankers,
+                model,
+                open_index,
+                load_encoder,
+                accuracy_at,
+                note,
+                fusion_file,
+                dense_candidates,
             )
         model = model[0] if model else None
     bowcnn = model is not None and is_bowcnn_model(model)
@@ -443,7 +461,16 @@ def evaluate_rankers(
         fusion = Fusion.load(model) if fusion_file is None else _read_fusion(fusion_file, [encoder])
     key = "bm25" if encoder is None else encoder.fingerprint[:16]
     return _evaluate_with(
-        benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note
+        benchmark,
+        rankers,
+        encoder,
+        fusion,
+        scorer,
+        key,
+        open_index,
+        accuracy_at,
+        note,
+        dense_candidates,
     )
 
 
@@ -465,7 +492,7 @@ def _read_fusion(path: Path, encoders) -> Fusion:
 
 
 def _evaluate_models(
-    benchmark, rankers, models, open_index, load_encoder, accuracy_at, note, fusion_file
+    benchmark, rankers, models, open_index, load_encoder, accuracy_at, note, fusion_file, dense
 ):
     """Several encoders: one evaluation index holds every model's vectors, searched by the
     production pipeline with the cosines in the fusion's order."""
@@ -489,11 +516,13 @@ def _evaluate_models(
     ordered = [by_fingerprint[fp] for fp in fusion.models]
     key = "+".join(fp[:12] for fp in sorted(by_fingerprint))
     return _evaluate_with(
-        benchmark, rankers, ordered, fusion, None, key, open_index, accuracy_at, note
+        benchmark, rankers, ordered, fusion, None, key, open_index, accuracy_at, note, dense
     )
 
 
-def _evaluate_with(benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note):
+def _evaluate_with(
+    benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note, dense
+):
     dataset, split = benchmark.dataset, benchmark.split
     if benchmark.source is not None:
         key += "-" + hashlib.sha1(str(benchmark.source.resolve()).encode()).hexdigest()[:8]
@@ -532,6 +561,7 @@ def _evaluate_with(benchmark, rankers, encoder, fusion, scorer, key, open_index,
                     scorer,
                     accuracy_at,
                     corpus_backend,
+                    dense,
                 )
             )
     return evaluations

@@ -1,10 +1,19 @@
-"""The query path: BM25 candidates → query vector → cosine rescoring → fusion.
+"""The query path: candidates (BM25 top-K ∪ dense top-K) → cosine rescoring → fusion.
 
 Modes:
 
-* ``bm25`` — the first stage alone;
-* ``dense`` — the BM25 top-K re-ordered by cosine similarity to the query vector;
-* ``hybrid`` — the BM25 top-K re-ordered by the fused score (:mod:`qres.ranking.fusion`).
+* ``bm25`` — BM25 alone;
+* ``dense`` — the candidates re-ordered by cosine similarity to the query vector;
+* ``hybrid`` — the candidates re-ordered by the fused score (:mod:`qres.ranking.fusion`).
+
+Candidates, in dense and hybrid modes: BM25's top ``candidates`` (K) together with the
+``dense_candidates`` questions nearest to the query vector (:meth:`Backend.nearest`, exact
+cosine search over the stored vectors; in an index of several models, each model's nearest),
+so a duplicate worded unlike its original can still be found. Each dense candidate BM25 did
+not return gets its own BM25 score for the query (0 when it shares no term), and all are
+rescored and fused alike. ``dense_candidates=0``, a backend without nearest-neighbour search,
+and re-ranking a given list (``only_ids``) use BM25's candidates alone; a query that matches
+no indexed word finds nothing, as in bm25 mode.
 
 A candidate without a stored vector cannot be rescored: in dense and hybrid modes such
 candidates follow the rescored ones, in their BM25 order, and are flagged in the result.
@@ -28,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qres.backends.base import Backend, BackendError, index_models
+from qres.backends.base import Backend, BackendError, Candidates, index_models
 from qres.ranking.fusion import DEFAULT, Fusion, normalize_bm25, shipped_fusion_for
 
 MODES = ("bm25", "dense", "hybrid")
 DEFAULT_CANDIDATES = 100
+DEFAULT_DENSE_CANDIDATES = 100
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,9 @@ class SearchPipeline:
         fusion: Fusion = DEFAULT,
         candidates: int = DEFAULT_CANDIDATES,
         mode: str | None = None,
+        dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
     ):
+        self.dense_candidates = dense_candidates
         self.encoders = list(encoder) if isinstance(encoder, list | tuple) else [encoder]
         self.encoders = [e for e in self.encoders if e is not None]
         encoder = self.encoders[0] if self.encoders else None
@@ -163,10 +175,12 @@ class SearchPipeline:
         threads: int | None = None,
         device: str | None = None,
         fusion: str | Path | None = None,
+        dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
     ) -> SearchPipeline:
         """A pipeline over an open ``backend``: ``model`` or, unless ``mode`` is bm25, the
         model the index was built with (every model, in an index of several), and the fusion
-        weights saved with that model, or the fusion file ``fusion`` (``threads``:
+        weights saved with that model, or the fusion file ``fusion``; ``dense_candidates``
+        nearest questions join BM25's ``candidates`` (``threads``:
         onnxruntime threads per encoding, see :meth:`Encoder.from_model`; ``device`` as for
         :meth:`qres.encoders.runtime.Runtime.from_env`)."""
         meta = backend.metadata()
@@ -174,7 +188,9 @@ class SearchPipeline:
             model = None
         held = index_models(meta)
         if model is None and mode != "bm25" and len(held) > 1:
-            return cls._for_models(backend, held, mode, candidates, threads, device, fusion)
+            pipeline = cls._for_models(backend, held, mode, candidates, threads, device, fusion)
+            pipeline.dense_candidates = dense_candidates
+            return pipeline
         if model is None and mode != "bm25" and meta.get("model_dir"):
             model = Path(meta["model_dir"])
         if model is None:
@@ -185,7 +201,7 @@ class SearchPipeline:
 
         loaded, encoder = _search_encoder(model, threads, Runtime.from_env(device))
         chosen = Fusion.read(fusion) if fusion is not None else Fusion.for_model(loaded)
-        return cls(backend, encoder, chosen, candidates, mode or "hybrid")
+        return cls(backend, encoder, chosen, candidates, mode or "hybrid", dense_candidates)
 
     @classmethod
     def _for_models(cls, backend, held, mode, candidates, threads, device, fusion_file):
@@ -266,6 +282,10 @@ class SearchPipeline:
         if self._keyed and not isinstance(query_vector, dict):
             query_vector = {self.encoder.fingerprint: query_vector}
         found = self.backend.candidates(text, window, only_ids, query_vector)
+        # A query that matches no indexed word still finds nothing (its vector alone is noise).
+        dense = only_ids is None and self.dense_candidates > 0 and len(found)
+        if dense and self.backend.supports_nearest:
+            found = self._with_nearest(text, found, query_vector)
         if not len(found):
             return []
         bm25 = found.scores.astype(np.float32)
@@ -289,6 +309,21 @@ class SearchPipeline:
             )
             for qid, i in zip(found.ids(order), order, strict=True)
         ]
+
+    def _with_nearest(self, text: str, found: Candidates, query_vector) -> Candidates:
+        """``found`` and, after it, each model's nearest questions it does not hold."""
+        vectors = query_vector if isinstance(query_vector, dict) else {None: query_vector}
+        held = set(found.ids(range(len(found))))
+        extra = []
+        for fingerprint, vector in vectors.items():
+            for hit in self.backend.nearest(vector, self.dense_candidates, model=fingerprint):
+                if hit.id not in held:
+                    held.add(hit.id)
+                    extra.append(hit.id)
+        if not extra:
+            return found
+        more = self.backend.candidates(text, len(extra), extra, query_vector)
+        return Candidates.joined(found, more)
 
 
 def search_log_record(

@@ -171,6 +171,30 @@ class BackendContract:
         got, _ = backend.vectors(["u3"])
         np.testing.assert_allclose(got[0], new[0], atol=1e-3)
 
+    def test_nearest_ranks_live_questions_by_cosine_or_is_refused(self, backend):
+        """Either the exact top k by cosine over the live questions with a vector, best first,
+        or (a backend that keeps no searchable vectors) a clear BackendError."""
+        vectors = vectors_for(5, dim=8, seed=3)
+        self.fill(backend, vectors=vectors)
+        query = vectors_for(1, dim=8, seed=4)[0]
+        if not backend.supports_nearest:
+            with pytest.raises(BackendError, match="nearest"):
+                backend.nearest(query, 3)
+            return
+        order = np.argsort(-(vectors @ query))
+        hits = backend.nearest(query, 3)
+        assert [h.id for h in hits] == [QUESTIONS[i].id for i in order[:3]]
+        np.testing.assert_allclose([h.score for h in hits], (vectors @ query)[order[:3]], atol=2e-3)
+        # deleted, replaced and vector-less questions are not found; k beyond them is fine
+        best, second = QUESTIONS[order[0]], QUESTIONS[order[1]]
+        backend.delete([best.id])
+        backend.upsert([second], -query[None, :])  # now the farthest of all
+        backend.upsert([Question("novec", "no vector", "here")])
+        backend.commit()
+        ids = [h.id for h in backend.nearest(query, 10)]
+        assert ids == [QUESTIONS[i].id for i in order[2:]] + [second.id]
+        assert backend.nearest(query, 0) == []
+
     def test_questions_without_vectors_are_flagged(self, backend):
         self.fill(backend)
         _, has = backend.vectors(["u1"])
@@ -277,6 +301,19 @@ class BackendContract:
             "boot ubuntu usb windows", 10, queries[self.MODEL_A]
         )
         np.testing.assert_allclose(cosine, found.cosines[self.MODEL_A], atol=1e-6)
+
+    def test_nearest_searches_the_named_model(self, backend):
+        vectors = self.two_models(backend)
+        if not backend.supports_nearest:
+            with pytest.raises(BackendError, match="nearest"):
+                backend.nearest(vectors_for(1, 3)[0], 5, model=self.MODEL_B)
+            return
+        for fp, dim in ((self.MODEL_A, 4), (self.MODEL_B, 3)):
+            query = vectors_for(1, dim, seed=6)[0]
+            want = [QUESTIONS[i].id for i in np.argsort(-(vectors[fp] @ query))]
+            assert [h.id for h in backend.nearest(query, 5, model=fp)] == want
+        first = vectors_for(1, 4, seed=6)[0]
+        assert backend.nearest(first, 5) == backend.nearest(first, 5, model=self.MODEL_A)
 
     def test_several_models_need_a_vector_of_each(self, backend):
         self.two_models(backend)
