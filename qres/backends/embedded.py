@@ -69,7 +69,7 @@ _META_KEYS = ("analyzer", "title_boost", "vector_dtype")
 _INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
 _MORE_VECTORS = re.compile(r"vectors-[0-9a-f]{16}\.f(16|32)")  # further models' vector files
 _COPY_BATCH = 1024  # documents per batch when compaction copies an index
-_SCORE_ROWS = 16_384  # vector rows scored at a time by nearest() (bounds the float32 copy)
+_SCORE_ROWS = 16_384  # vector rows converted to float32 at a time for nearest()
 # The on-disk layouts this code reads and writes. 1: title/body also indexed as one raw term;
 # 2: one model; 3: several models (``more_models``), which an older qres must not open.
 FORMAT = 2
@@ -193,6 +193,9 @@ class EmbeddedBackend(Backend):
         self._writer = None
         self._vector_fds: dict[int, int] = {}  # model number → open vector file
         self._vectors: dict[int, np.ndarray] = {}  # read-only memory maps, reopened as they grow
+        # nearest()'s float32 copies of the vector files (rows are only ever appended, so a
+        # copy grows by the new rows; dropped with the memory maps)
+        self._float_vectors: dict[int, np.ndarray] = {}
         self._slot_of: dict[str, int] = {}
         self._reloading = threading.Lock()
         self._generation = 0
@@ -805,8 +808,9 @@ class EmbeddedBackend(Backend):
     supports_nearest = True
 
     def nearest(self, query_vector: np.ndarray, k: int, model: str | None = None) -> list[Hit]:
-        """Exact search: the cosine of every stored row (memory-mapped, scored in blocks),
-        of which only the rows live documents point to are ranked."""
+        """Exact search: the cosine of every stored row (a float32 copy of the memory-mapped
+        vectors, 4 bytes x dims per row), of which only the rows live documents point to
+        are ranked."""
         return self._consistent(lambda: self._nearest(query_vector, k, model))
 
     def _nearest(self, query_vector, k: int, model: str | None) -> list[Hit]:
@@ -822,12 +826,10 @@ class EmbeddedBackend(Backend):
             return []
         addresses = [address for _, address in live]
         slots = np.asarray(searcher.fast_field_values("slot", addresses), np.int64)
-        store = self._vector_rows(int(slots.max()) + 1, number)
-        query = np.asarray(query_vector, np.float32)
-        cosine = np.empty(len(store), np.float32)
-        for start in range(0, len(store), _SCORE_ROWS):
-            block = store[start : start + _SCORE_ROWS]
-            cosine[start : start + len(block)] = block.astype(np.float32) @ query
+        store = self._float_rows(int(slots.max()) + 1, number)
+        # einsum: numpy's own single-threaded loop, as fast here as BLAS's matrix-vector
+        # product, which on a busy machine loses ~10 ms a query waiting for its threads
+        cosine = np.einsum("ij,j->i", store, np.asarray(query_vector, np.float32))
         held = slots < len(store)
         slots, addresses = slots[held], [a for a, h in zip(addresses, held, strict=True) if h]
         scores = cosine[slots]
@@ -835,6 +837,20 @@ class EmbeddedBackend(Backend):
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.lexsort((slots[top], -scores[top]))]  # best first; ties: oldest row first
         return [Hit(searcher.doc(addresses[i])["id"][0], float(scores[i])) for i in top]
+
+    def _float_rows(self, needed: int, model: int) -> np.ndarray:
+        """The model's vector rows as float32 in memory (numpy converts float16 slowly, and
+        every nearest() reads every row), extended by the rows appended since."""
+        store = self._vector_rows(needed, model)
+        done = self._float_vectors.get(model, np.zeros((0, store.shape[1]), np.float32))
+        if len(done) < len(store):
+            blocks = [done] + [
+                np.asarray(store[start : start + _SCORE_ROWS], np.float32)
+                for start in range(len(done), len(store), _SCORE_ROWS)
+            ]
+            done = np.concatenate(blocks)
+            self._float_vectors = {**self._float_vectors, model: done}
+        return done
 
     def count(self) -> int:
         self._follow_swaps()
@@ -872,6 +888,7 @@ class EmbeddedBackend(Backend):
             os.close(fd)
         self._vector_fds = {}
         self._vectors = {}
+        self._float_vectors = {}
         self._slot_of.clear()
         self._index = None
         if self._view is not None:

@@ -524,8 +524,6 @@ def _evaluate_with(
     benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note, dense
 ):
     dataset, split = benchmark.dataset, benchmark.split
-    if benchmark.source is not None:
-        key += "-" + hashlib.sha1(str(benchmark.source.resolve()).encode()).hexdigest()[:8]
     evaluations = []
     for ranker in rankers:
         if (
@@ -547,10 +545,11 @@ def _evaluate_with(
         with ExitStack() as indexes:
             backend = corpus_backend = None
             if ranker in MODES:
-                backend = indexes.enter_context(open_index(f"{dataset}-{key}"))
+                backend = indexes.enter_context(open_index(eval_index_name(benchmark, key)))
                 if benchmark.indexed is not None and accuracy_at and benchmark.source:
                     # Acc@k ranks the whole corpus file, kept apart from the candidates' index.
-                    corpus_backend = indexes.enter_context(open_index(f"{dataset}-all-{key}"))
+                    name = eval_index_name(benchmark, key, "all-")
+                    corpus_backend = indexes.enter_context(open_index(name))
             evaluations.append(
                 evaluate(
                     benchmark,
@@ -565,6 +564,14 @@ def _evaluate_with(
                 )
             )
     return evaluations
+
+
+def eval_index_name(benchmark: Benchmark, key: str, part: str = "") -> str:
+    """The evaluation index of ``benchmark``'s texts for models ``key`` (their fingerprints'
+    heads, or ``bm25``): re-used only for the same models and the same source file."""
+    if benchmark.source is not None:
+        key += "-" + hashlib.sha1(str(benchmark.source.resolve()).encode()).hexdigest()[:8]
+    return f"{benchmark.dataset}-{part}{key}"
 
 
 def evaluate_run(benchmark: Benchmark, path: Path) -> Evaluation:
