@@ -11,7 +11,7 @@ TORCH_MISSING = "torch is not installed: pip install 'qres[train]'"
 
 # + qres.training.bowcnn, + transformer (qres.training.finetune_transformer)
 ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn", "transformer")
-DATASET_CHOICES = ("semeval2016", "askubuntu")  # qres.training.data.DATASETS
+DATASET_CHOICES = ("semeval2016", "askubuntu", "stackexchange")  # qres.training.data.DATASETS
 
 
 def _fail(message: str) -> None:
@@ -33,6 +33,8 @@ Example:
   qres export-onnx runs/rcnn-semeval --out models/rcnn-semeval
   qres search "how do i renew my visa" --model models/rcnn-semeval
   qres train --encoder gru --teacher models/minilm --unlabelled questions.tsv --out runs/distil
+  qres train --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
+      --encoder gru --out runs/gru-travel
 
 \b
 The run directory keeps run.json (settings, per-epoch dev metrics), vocab.txt,
@@ -49,7 +51,8 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder with the dataset files [default: ../shared/data/<dataset> beside the "
-    "checkout, else the qres download dir].",
+    "checkout, else the qres download dir]; stackexchange: the dump's folder (Posts.xml, "
+    "PostLinks.xml), trained on its train split of duplicate links.",
 )
 @click.option(
     "--encoder",

@@ -10,6 +10,11 @@ Two datasets:
 * ``askubuntu`` (Lei et al. 2016 layout) — ``text_tokenized.txt[.gz]`` (``id\\ttitle\\tbody``),
   ``train_random.txt`` (query, similar ids, random ids), ``dev.txt``. The negatives are
   drawn from the query's random ids; dev queries without a similar candidate are dropped.
+* ``stackexchange`` — a dump's Posts.xml and PostLinks.xml (:mod:`qres.datasets.
+  forum_duplicates`): the train split's duplicate questions (oldest 80% by closing date; the
+  test split is never read), each with its linked originals as positives and BM25's top
+  hits over the whole forum (itself and its originals left out) as hard negatives. The
+  newest tenth of them is the dev set, each re-ranking its originals and BM25 negatives.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from qres.datasets.benchmarks import (
 from qres.encoders.vocab import Vocab, pad_batch
 from qres.text import tokenize
 
-DATASETS = ("semeval2016", "askubuntu")
+DATASETS = ("semeval2016", "askubuntu", "stackexchange")
+FORUM_HARD_NEGATIVES = 20  # BM25 hits per forum train query kept as its hard negatives
+FORUM_DEV_FRACTION = 0.1  # the newest train-split queries that choose the epoch
 
 HardNegatives = Callable[[Question], Sequence[str]]
 
@@ -66,6 +73,8 @@ def load_dataset(
     file is then not read at all (AskUbuntu's is, to check its ids, and dropped)."""
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
+    if dataset == "stackexchange":
+        return load_stackexchange(Path(data_dir) if data_dir else None)
     folder = Path(data_dir) if data_dir else dataset_dir(dataset)
     if not folder.is_dir():
         raise CorpusError(folder, None, f"{dataset} data directory not found")
@@ -155,6 +164,46 @@ def load_askubuntu(folder: Path) -> TrainingData:
         skip_dev_without_relevant=True,
         vocab_ids=list(questions),  # the whole corpus, as Lei et al.
         files=[str(corpus), str(train_file), str(dev_file)],
+    )
+
+
+def load_stackexchange(folder: Path | None) -> TrainingData:
+    import tempfile
+
+    from qres.backends.embedded import EmbeddedBackend
+    from qres.datasets.forum_duplicates import load_forum_duplicates
+
+    forum = load_forum_duplicates(folder, "train")
+    questions = {q.id: q for q in read_corpus(forum.posts, "stackexchange")}
+    labelled = []
+    with tempfile.TemporaryDirectory(prefix="qres-forum-bm25-") as tmp:
+        index = EmbeddedBackend(Path(tmp) / "index", create=True)
+        try:
+            index.upsert(list(questions.values()))
+            index.commit()
+            for q in forum.queries:
+                excluded = {q.id, *q.relevant}
+                hits = index.search(q.question.text, FORUM_HARD_NEGATIVES + len(excluded))
+                negatives = [h.id for h in hits if h.id not in excluded]
+                labelled.append((q, negatives[:FORUM_HARD_NEGATIVES]))
+        finally:
+            index.close()
+    cut = len(labelled) - max(1, round(FORUM_DEV_FRACTION * len(labelled)))
+    train = [TrainQuery(q.id, sorted(q.relevant), negatives) for q, negatives in labelled[:cut]]
+    dev = [
+        RankingQuery(q.id, [*sorted(q.relevant), *negatives], q.relevant, question=q.question)
+        for q, negatives in labelled[cut:]
+    ]
+    return TrainingData(
+        name="stackexchange",
+        questions=questions,
+        train=train,
+        dev=dev,
+        pool=sorted(questions),
+        hard_in_file=True,
+        skip_dev_without_relevant=True,
+        vocab_ids=list(questions),
+        files=[str(forum.posts), str(forum.links)],
     )
 
 
