@@ -340,7 +340,7 @@ def test_info_counts_dead_rows_and_compact_reclaims_them(run, tmp_path, model_di
     questions = make_corpus(100)
     corpus = write_tsv(tmp_path / "c.tsv", questions)
     for _ in range(3):
-        run("--index-dir", tmp_path / "ix", "index", corpus, "--model", model_dir)
+        run("--index-dir", tmp_path / "ix", "index", corpus, "--model", model_dir, "--rewrite")
     details = json.loads(run("--index-dir", tmp_path / "ix", "--json", "info").output)
     assert (details["vector_rows"], details["dead_vector_rows"]) == (300, 200)
     reader = EmbeddedBackend(tmp_path / "ix")  # a reader open across the compaction
@@ -409,7 +409,16 @@ def test_indexing_compacts_by_itself_once_dead_rows_outnumber_live_ones(
 ):
     questions = make_corpus(600)
     corpus = write_tsv(tmp_path / "c.tsv", questions)
-    args = ("--index-dir", tmp_path / "ix", "--json", "index", corpus, "--model", model_dir)
+    args = (
+        "--index-dir",
+        tmp_path / "ix",
+        "--json",
+        "index",
+        corpus,
+        "--model",
+        model_dir,
+        "--rewrite",
+    )
     reclaimed = [json.loads(run(*args).output)["compacted_dead_vector_rows"] for _ in range(4)]
     assert reclaimed == [0, 0, 1200, 0]  # 600 live, 1,200 dead: more dead than live
     with EmbeddedBackend(tmp_path / "ix") as b:

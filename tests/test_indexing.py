@@ -13,10 +13,17 @@ def test_reindexing_is_idempotent(tmp_path):
     corpus = tmp_path / "c.tsv"
     write_tsv(corpus, [(f"q{i}", f"title {i}", "body words") for i in range(30)])
     b = EmbeddedBackend(tmp_path / "ix", create=True)
-    for _ in range(2):
-        report = index_questions(b, read_corpus(corpus), batch_size=7)
-        assert report.indexed == 30
+    for run in range(2):
+        report = index_questions(b, read_corpus(corpus), batch_size=7, skip_unchanged=True)
+        # the second run finds every question stored as it is: nothing is written again
+        assert (report.indexed, report.unchanged) == ((30, 0) if run == 0 else (0, 30))
     assert b.count() == 30
+    write_tsv(
+        corpus, [(f"q{i}", f"title {i}", "new body" if i == 3 else "body words") for i in range(30)]
+    )
+    report = index_questions(b, read_corpus(corpus), batch_size=7, skip_unchanged=True)
+    assert (report.indexed, report.unchanged) == (1, 29)
+    assert b.fetch(["q3"])["q3"].body == "new body" and b.count() == 30
     b.close()
 
 

@@ -128,8 +128,9 @@ def test_kill_9_during_compact(world, tmp_path, seed):
 
 def test_kill_9_during_automatic_compaction(world, tmp_path):
     index_dir = tmp_path / "ix"
+    again = (world["corpus"], "--model", world["model"], "--rewrite")  # every run replaces all
     for _ in range(2):  # 2 x N = 1,200 rows: not yet over the 1,000 dead-row threshold
-        assert qres(index_dir, "index", world["corpus"], "--model", world["model"]).returncode == 0
-    proc = qres(index_dir, "index", world["corpus"], "--model", world["model"], kill_at=2)
+        assert qres(index_dir, "index", *again).returncode == 0
+    proc = qres(index_dir, "index", *again, kill_at=2)
     assert proc.returncode == -9, proc.stderr  # the third run crossed it and compacted
     assert_named_then_removed(index_dir, world)

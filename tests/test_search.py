@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -104,3 +107,29 @@ def test_tune_fusion_learns_to_trust_the_informative_signal():
         lists.append((bm25, cosine, labels))
     fusion = tune_fusion(lists, source="synthetic")
     assert fusion.cosine > 5 * abs(fusion.bm25)
+
+
+def test_explain_at_80_columns_wraps_titles_between_words_and_names_the_model(run, monkeypatch):
+    from qres.cli.group import stdout
+    from qres.corpus.readers import read_corpus
+
+    demo = Path(__file__).resolve().parents[1] / "qres" / "data" / "demo" / "questions.tsv"
+    shipped = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
+    monkeypatch.setattr(stdout, "width", 80)
+    assert run("index", demo, "--model", shipped).exit_code == 0
+    shown = run("search", "installing ubuntu from a usb drive on a lenovo laptop", "--explain")
+    lines = shown.output.splitlines()
+    assert all(len(line) <= 80 for line in lines), shown.output
+    assert "cos gru" in shown.output and "default" not in shown.output
+    words = set(shown.output.split())
+    titles = {q.id: q.title for q in read_corpus(demo)}
+    shown_ids = [
+        line.split()[1] for line in lines[3:] if line.split() and line.split()[0].isdigit()
+    ]
+    assert len(shown_ids) == 10
+    for qid in shown_ids:  # every word of every title is whole somewhere in the output
+        assert all(w in words or w.endswith("…") for w in titles[qid].split()), titles[qid]
+    as_json = json.loads(run("--json", "search", "usb boot", "-k", "2").output)
+    assert as_json["models"] == ["gru"]
+    assert all(set(r["cosines"]) == {"gru"} for r in as_json["results"])
+    assert all(r["title"] and r["snippet"] for r in as_json["results"])

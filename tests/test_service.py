@@ -10,6 +10,9 @@ import pytest
 
 from tests.serving import Server, build_demo_index
 
+KEY = {"QRES_API_KEY": "test-key"}  # writes are refused without one
+KEY_HEADER = {"X-API-Key": "test-key"}
+
 
 @pytest.fixture(scope="module")
 def demo_index(tmp_path_factory):
@@ -19,14 +22,14 @@ def demo_index(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(demo_index, tmp_path_factory):
     log = tmp_path_factory.mktemp("serve-log") / "server.log"
-    with Server(demo_index, log=log) as running:
+    with Server(demo_index, env=KEY, log=log) as running:
         yield running
     assert "Traceback" not in log.read_text(), log.read_text()
 
 
 @pytest.fixture
 def client(server):
-    with httpx.Client(base_url=server.url, timeout=30) as http:
+    with httpx.Client(base_url=server.url, timeout=30, headers=KEY_HEADER) as http:
         yield http
 
 
@@ -47,7 +50,8 @@ def test_search_finds_the_duplicate_with_titles_and_latency(client):
     assert [h["rank"] for h in body["results"]] == [1, 2, 3]
     top = body["results"][0]
     assert top["id"] == "d128" and top["title"] == "How do I boot Ubuntu from a USB stick?"
-    assert set(top) == {"rank", "id", "title", "score"}  # per-signal scores only on request
+    assert set(top) == {"rank", "id", "title", "score", "tags", "snippet"}  # no explain: no signals
+    assert top["tags"] and top["snippet"]
 
 
 def test_explain_gives_each_signal_and_modes_differ(client):
@@ -208,7 +212,7 @@ def test_eight_searchers_and_a_writer_make_no_errors(server):
                 searches[0] += 1
 
     def writer():
-        with httpx.Client(base_url=server.url, timeout=30) as http:
+        with httpx.Client(base_url=server.url, timeout=30, headers=KEY_HEADER) as http:
             i = 0
             while time.monotonic() < stop:
                 qid = f"c{i}"
@@ -244,9 +248,9 @@ def test_eight_searchers_and_a_writer_make_no_errors(server):
 
 def test_an_acknowledged_write_survives_kill_9(tmp_path):
     index = build_demo_index(tmp_path / "index")
-    server = Server(index, log=tmp_path / "server.log").start()
+    server = Server(index, env=KEY, log=tmp_path / "server.log").start()
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as http:
+        with httpx.Client(base_url=server.url, timeout=30, headers=KEY_HEADER) as http:
             answer = http.put("/questions/k9", json={"title": "narwhal kernel panic on boot"})
             assert answer.status_code == 200
             server.kill()  # right after the acknowledgement: no shutdown, no flush
@@ -298,8 +302,8 @@ def test_cors_allows_only_the_configured_origin(tmp_path):
 
 def test_several_workers_search_and_refuse_writes_on_an_embedded_index(tmp_path):
     index = build_demo_index(tmp_path / "index")
-    with Server(index, "--workers", "2", log=tmp_path / "server.log") as server:
-        http = httpx.Client(base_url=server.url, timeout=30)
+    with Server(index, "--workers", "2", env=KEY, log=tmp_path / "server.log") as server:
+        http = httpx.Client(base_url=server.url, timeout=30, headers=KEY_HEADER)
         for _ in range(6):
             assert search_ids(http, "boot ubuntu from usb")[0] == "d128"
         refused = http.put("/questions/z", json={"title": "t"})
@@ -342,7 +346,8 @@ def test_an_index_without_vectors_serves_bm25_and_takes_writes(tmp_path):
 
     with EmbeddedBackend(tmp_path / "index", create=True) as backend:
         index_questions(backend, read_corpus(DEMO))
-    app = service.create_app(service.ServiceConfig(index_dir=str(tmp_path / "index")))
+    config = service.ServiceConfig(index_dir=str(tmp_path / "index"), open_writes=True)
+    app = service.create_app(config)
 
     async def calls():
         transport = httpx.ASGITransport(app=app)

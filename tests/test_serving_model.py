@@ -40,7 +40,7 @@ def test_index_with_model_then_hybrid_search(run):
 def test_explain_shows_the_parts_of_the_score(run):
     run("index", DEMO / "questions.tsv", "--model", MODEL)
     output = run("search", "make a bootable pendrive", "--explain", "--mode", "hybrid").output
-    assert "cosine" in output and "bm25" in output
+    assert "cos gru" in output and "bm25" in output
 
 
 def test_searching_with_another_model_says_to_reindex(run, tmp_path):

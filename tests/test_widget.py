@@ -29,6 +29,8 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
     options.add_argument("--window-size=900,620")
+    # No network but this machine: a page that needs a CDN or any other host fails here.
+    options.add_argument("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
     driver = webdriver.Chrome(options=options, service=DriverService(str(CHROMEDRIVER)))
     driver.implicitly_wait(0)
     yield driver
@@ -39,7 +41,10 @@ def browser():
 def server(tmp_path_factory):
     index = build_demo_index(tmp_path_factory.mktemp("widget") / "index")
     log = tmp_path_factory.mktemp("widget-log") / "server.log"
-    running = Server(index, log=log).start()
+    running = Server(index, log=log)
+    # The forum's own question pages (here a path the service does not serve, as on a forum).
+    running.args = ("--question-url", f"{running.url}/forum/q/{{id}}")
+    running.start()
     yield running
     running.stop()
 
@@ -90,9 +95,32 @@ def test_typing_a_title_lists_the_duplicate_and_keys_move_through_it(browser, se
         README_SCREENSHOT.parent.mkdir(exist_ok=True)
         README_SCREENSHOT.write_bytes(screenshot.read_bytes())
 
-    title.send_keys(Keys.ENTER)  # follows the first question's link
-    wait_for(browser, lambda: "/questions/" in browser.current_url)
-    assert "boot" in browser.page_source.lower()
+    title.send_keys(Keys.ENTER)  # follows the first question's link: the forum's page
+    wait_for(browser, lambda: "/forum/q/" in browser.current_url)
+    assert browser.current_url == f"{server.url}/forum/q/d128"
+
+
+def test_a_click_on_a_suggestion_opens_the_operators_question_url(browser, server):
+    browser.get(server.url + "/")
+    browser.find_element("id", "title").send_keys("wifi keeps dropping")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    first = options(browser)[0]
+    link = first.find_element("css selector", "a").get_attribute("href")
+    assert link.startswith(f"{server.url}/forum/q/")
+    first.click()
+    wait_for(browser, lambda: browser.current_url == link)
+
+
+def test_the_api_docs_render_with_no_network(browser, server):
+    from selenium.common.exceptions import WebDriverException
+
+    with pytest.raises(WebDriverException, match="ERR_NAME_NOT_RESOLVED"):
+        browser.get("https://cdn.jsdelivr.net/")  # the rules hold: no host outside resolves
+    browser.get(server.url + "/docs")
+    wait_for(browser, lambda: browser.find_elements("css selector", ".swagger-ui .info .title"))
+    assert "qres" in browser.find_element("css selector", ".swagger-ui .info .title").text
+    paths = [e.text for e in browser.find_elements("css selector", ".opblock-summary-path")]
+    assert "/search" in paths and "/questions/{qid}" in paths
 
 
 def test_only_the_latest_text_is_shown_and_no_match_is_said_quietly(browser, server):

@@ -39,7 +39,13 @@ from qres.encoders.runtime import EncoderError
     multiple=True,
     help="Model directory from `qres export-onnx`: store each question's dense vector. "
     "Repeatable: one vector per model; a model new to the index is first computed for "
-    "the questions it holds (only that model's vectors).",
+    "the questions it holds (only that model's vectors) [default: the models the index holds].",
+)
+@click.option(
+    "--rewrite",
+    is_flag=True,
+    help="Write every question again, even one already stored exactly as read (by default "
+    "those are skipped, so re-indexing a file already indexed is a no-op).",
 )
 @model_set_option
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
@@ -78,6 +84,7 @@ def index(
     workers,
     analyzer,
     title_boost,
+    rewrite,
 ):
     """Index the questions of CORPUS (re-running replaces questions by id).
 
@@ -100,15 +107,22 @@ def index(
       qres index questions.tsv --model-set default
     """
     from qres.indexing.compaction import compact_if_mostly_dead
-    from qres.indexing.pipeline import check_keeps_vectors, index_questions, search_encoder
+    from qres.indexing.pipeline import (
+        check_keeps_vectors,
+        index_model_dirs,
+        index_questions,
+        search_encoder,
+    )
 
     models = _with_model_set(model_set, models)
-    encoders = [search_encoder(m, obj.device) for m in models]
-    encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
     with backend, _progress() as progress:
+        if not models and not rebuild:  # the models the index was built with, as search does
+            models = index_model_dirs(backend)
+        encoders = [search_encoder(m, obj.device) for m in models]
+        encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
         check_keeps_vectors(backend, encoder)
         stats = ReadStats()
         questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
@@ -127,6 +141,7 @@ def index(
             batch_size=batch_size,
             on_encoded=advance,
             workers=workers,
+            skip_unchanged=not rewrite,
         )
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()
@@ -135,6 +150,7 @@ def index(
         "corpus": str(corpus),
         "indexed": report.indexed,
         "duplicates_replaced": report.duplicates,
+        "unchanged": report.unchanged,
         "skipped": stats.skipped,
         "truncated": stats.truncated,
         "seconds": round(report.seconds, 2),
@@ -150,7 +166,8 @@ def index(
     console.print(
         f"indexed {report.indexed:,} questions in {report.seconds:.1f}s "
         f"({report.docs_per_second:,.0f}/s); {stats.skipped:,} skipped, "
-        f"{report.duplicates:,} duplicate ids (last kept), {stats.truncated:,} truncated; "
+        f"{report.duplicates:,} duplicate ids (last kept), {stats.truncated:,} truncated, "
+        f"{report.unchanged:,} already indexed as they are; "
         f"index now holds {total:,}" + (" with vectors" if encoder else "")
     )
     if compacted:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import click
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -92,19 +92,17 @@ def search(
         started = time.perf_counter()
         results = pipeline.search(text, k, mode)
         latency_ms = (time.perf_counter() - started) * 1000
-        questions = backend.fetch([r.id for r in results])
         if log_queries:
             _log_search(backend, text, mode, k, latency_ms, results)
+    several = len(signals) > 1
     if obj.as_json:
         obj.emit(
             {
                 "query": text,
                 "mode": mode,
                 "latency_ms": round(latency_ms, 2),
-                "results": [
-                    {"rank": i, **asdict(r), "title": getattr(questions.get(r.id), "title", "")}
-                    for i, r in enumerate(results, 1)
-                ],
+                "models": signals,
+                "results": [_json_result(i, r, signals) for i, r in enumerate(results, 1)],
             }
         )
         return
@@ -112,20 +110,37 @@ def search(
         console.print("no results: the query has no searchable words, or nothing matched")
         return
     # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
-    table = Table(title=Text(f"{text!r} — {mode}, {latency_ms:.1f} ms"), title_justify="left")
-    several = len(signals) > 1
-    cosines = [f"cos {s}" for s in signals] if several else ["cosine"]
-    for column in ["rank", "id", "score"] + (["bm25", *cosines] if explain else []) + ["title"]:
-        table.add_column(column, overflow="fold")
+    table = Table(
+        title=Text(f"{text!r} — {mode}, {latency_ms:.1f} ms"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,  # no side borders: the title column keeps the width
+        show_edge=False,
+    )
+    cosines = [f"cos {s}" for s in signals] if signals else []
+    numbers = ["score"] + (["bm25", *cosines] if explain else [])
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("id", overflow="ellipsis", max_width=12)
+    for column in numbers:  # a header may wrap between its words ("cos" / "minilm")
+        table.add_column(column, justify="right", min_width=5)
+    # Titles wrap between words; a word wider than the column ends in "…", never folds.
+    table.add_column("title", overflow="ellipsis", min_width=16)
     for i, r in enumerate(results, 1):
         extra = []
         if explain:
             each = r.cosines if several else (r.cosine,)
             shown = ["-" if c is None else f"{c:.3f}" for c in each or [None] * len(cosines)]
             extra = [f"{r.bm25:.2f}", *shown]
-        title = getattr(questions.get(r.id), "title", "")
-        table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(title))
+        table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(r.title))
     stdout.print(table)
+
+
+def _json_result(rank: int, r, signals: list[str]) -> dict:
+    """A result for --json: every cosine named by its model (null: no vector, or bm25)."""
+    out = {"rank": rank, "id": r.id, "score": r.score, "bm25": r.bm25, "cosine": r.cosine}
+    each = r.cosines if len(signals) > 1 else (r.cosine,)
+    out["cosines"] = {s: (None if each is None else each[j]) for j, s in enumerate(signals)}
+    out.update(title=r.title, tags=list(r.tags), snippet=r.snippet)
+    return out
 
 
 def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:

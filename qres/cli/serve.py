@@ -67,6 +67,25 @@ from qres.cli.group import (
     is_flag=True,
     help="Elasticsearch: record every search in qres-search-log for the Kibana dashboard.",
 )
+@click.option(
+    "--open-writes",
+    is_flag=True,
+    help="Take writes without an API key; only with a loopback --host. Without it and without "
+    "$QRES_API_KEY, writes are refused.",
+)
+@click.option(
+    "--question-url",
+    metavar="TEMPLATE",
+    help="A question's page on your forum, {id} replaced, e.g. 'https://forum.example.org/q/{id}': "
+    "the demo page links suggestions there and /search returns it as each result's url.",
+)
+@click.option(
+    "--no-access-log",
+    "access_log",
+    flag_value=False,
+    default=True,
+    help="Do not log each request line (which holds the query text of GET /search).",
+)
 @click.pass_obj
 def serve(
     obj: Context,
@@ -81,13 +100,17 @@ def serve(
     max_batch,
     cors_origins,
     log_queries,
+    open_writes,
+    question_url,
+    access_log,
 ):
     """Serve search, writes and the similar-questions widget over HTTP.
 
     Searches: GET /search?q=...&k=10, POST /search {"title", "body"}. Writes:
     PUT /questions/ID, POST /questions (JSON lines), DELETE /questions/ID; a write
     is answered once it is committed, so it is durable and searchable (concurrent
-    writes share one commit). Set QRES_API_KEY to require the key on writes.
+    writes share one commit). Writes need QRES_API_KEY set (the key in an X-API-Key
+    header), or --open-writes on a loopback --host.
     Also /healthz, /readyz, /metrics, /docs, the demo page at / and /widget.js.
 
     \b
@@ -100,7 +123,19 @@ def serve(
 
     import uvicorn
 
-    from qres.service.app import CONFIG_ENV, Service, ServiceConfig, create_app
+    from qres.service.app import (
+        CONFIG_ENV,
+        Service,
+        ServiceConfig,
+        check_open_writes,
+        create_app,
+        startup_notes,
+    )
+
+    if open_writes:
+        check_open_writes(host)
+    if question_url is not None and "{id}" not in question_url:
+        raise click.BadParameter("the template needs {id}", param_hint="--question-url")
 
     if not cors_origins and os.environ.get("QRES_CORS_ORIGINS"):
         cors_origins = [o.strip() for o in os.environ["QRES_CORS_ORIGINS"].split(",") if o.strip()]
@@ -116,16 +151,25 @@ def serve(
         log_queries=log_queries,
         cors_origins=list(cors_origins),
         workers=workers,
+        open_writes=open_writes,
+        question_url=question_url,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
     service = Service(config)  # fails here, in one line, on a missing index or model
+    for note in startup_notes(config, access_log):
+        logging.getLogger("qres.serve").info(note)
     if workers == 1:
-        uvicorn.run(create_app(config, service), host=host, port=port)
+        uvicorn.run(create_app(config, service), host=host, port=port, access_log=access_log)
         return
     service.close()
     with tempfile.TemporaryDirectory(prefix="qres-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # /metrics adds up the workers
         os.environ[CONFIG_ENV] = config.to_env()
         uvicorn.run(
-            "qres.service.app:app_from_env", factory=True, host=host, port=port, workers=workers
+            "qres.service.app:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            access_log=access_log,
         )

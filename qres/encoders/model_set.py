@@ -48,3 +48,12 @@ def model_dirs() -> list[Path]:
             f"`{BUILD_COMMAND}` (needs {EXTRA})"
         )
     return [member_dir(n) for n in MEMBERS]
+
+
+def model_set_of(fingerprints: list[str]) -> str | None:
+    """ "default" when ``fingerprints`` are exactly the default set's models, else None."""
+    try:
+        expected = expected_fingerprints()
+    except (OSError, ValueError):
+        return None
+    return "default" if sorted(fingerprints) == sorted(expected.values()) else None

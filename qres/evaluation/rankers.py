@@ -55,7 +55,9 @@ class PipelineRanker:
         in their given order, with score -inf."""
         vector = self._vector(query, self.pipeline)
         pipeline = self._held_out(query.id)
-        results = pipeline.search(query.text, len(candidates), self.mode, candidates, vector)
+        results = pipeline.search(
+            query.text, len(candidates), self.mode, candidates, vector, with_text=False
+        )
         scored = [(r.id, r.score) for r in results]
         returned = {r.id for r in results}
         return scored + [(c, float("-inf")) for c in candidates if c not in returned]
@@ -77,7 +79,9 @@ class PipelineRanker:
         tops = []
         for query in queries:
             vector = self._vector(query, self.corpus_pipeline)
-            results = self.corpus_pipeline.search(query.text, k + 1, self.mode, None, vector)
+            results = self.corpus_pipeline.search(
+                query.text, k + 1, self.mode, None, vector, with_text=False
+            )
             tops.append([(r.id, r.score) for r in results if r.id != query.id][:k])
         return tops
 

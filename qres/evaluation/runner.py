@@ -627,7 +627,9 @@ def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):
     lists = []
     for q in labelled.queries:
         vector = encoder.encode_questions([q.question])[0]
-        results = pipeline.search(q.question.text, len(q.candidates), "dense", q.candidates, vector)
+        results = pipeline.search(
+            q.question.text, len(q.candidates), "dense", q.candidates, vector, with_text=False
+        )
         results = [r for r in results if r.cosine is not None]
         lists.append(
             (

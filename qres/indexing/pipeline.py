@@ -35,6 +35,7 @@ from pathlib import Path
 
 from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus.readers import Question, read_corpus
+from qres.encoders.model_set import model_set_of
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
 # Questions per batch. The encoder sorts a batch by length before cutting it into runs
@@ -47,6 +48,7 @@ CPU_BATCH, GPU_BATCH = 2048, 4096
 class IndexReport:
     indexed: int = 0
     duplicates: int = 0
+    unchanged: int = 0  # already in the index exactly as read: not written again
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -78,6 +80,7 @@ def index_questions(
     on_batch: Callable[[int], None] | None = None,
     workers: int | None = None,
     on_encoded: Callable[[float], None] | None = None,
+    skip_unchanged: bool = False,
 ) -> IndexReport:
     """Upsert ``questions`` into ``backend``; with ``encoder`` (a
     :class:`qres.encoders.runtime.Encoder`,
@@ -87,7 +90,8 @@ def index_questions(
     written, ``on_encoded(n)`` as questions are encoded, within a batch (a share of a
     question per model with several models; without a model, when a batch is prepared);
     ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA; ``workers``
-    (default :func:`default_workers`) processes prepare batches."""
+    (default :func:`default_workers`) processes prepare batches; with ``skip_unchanged``, a
+    question stored exactly as read is neither encoded nor written."""
     encoders = _encoders(encoder)
     if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
         new = _record_models(backend, encoders)
@@ -96,6 +100,9 @@ def index_questions(
             _record_models(backend, encoders)
     else:
         backend.acquire_write_lock()
+    # Re-indexing a file already indexed is then a no-op: a question stored exactly as read
+    # (its vectors are there: every model of the index was given) is not written again.
+    compare_stored = skip_unchanged and backend.count() > 0
     on_gpu = any("CUDAExecutionProvider" in getattr(e, "providers", ()) for e in encoders)
     if batch_size is None:
         batch_size = GPU_BATCH if on_gpu else CPU_BATCH
@@ -160,9 +167,10 @@ def index_questions(
     pending: list[Question] = []
 
     def flush() -> None:
-        if pending:
-            stages.put(list(pending))
-            pending.clear()
+        batch = _changed(backend, pending, report) if compare_stored else list(pending)
+        pending.clear()
+        if batch:
+            stages.put(batch)
 
     reading = iter(questions)
     try:
@@ -299,6 +307,18 @@ class _Stopped(Exception):
     """Set as the error so the stages drain without processing after a failure elsewhere."""
 
 
+def _changed(backend: Backend, questions: list[Question], report: IndexReport) -> list:
+    """The questions not already stored exactly so (title, body and tags)."""
+    stored = backend.fetch([q.id for q in questions])
+    changed = [q for q in questions if _shown(stored.get(q.id)) != _shown(q)]
+    report.unchanged += len(questions) - len(changed)
+    return changed
+
+
+def _shown(q: Question | None):
+    return None if q is None else (q.title, q.body, tuple(q.tags))
+
+
 def _encoders(encoder) -> list:
     if encoder is None:
         return []
@@ -334,11 +354,9 @@ def _record_models(backend: Backend, encoders: list) -> list:
         given = set(fingerprints)
         missing = [m for m in held if m["model_fingerprint"] not in given]
         if missing:
-            m = missing[0]
             raise BackendError(
-                f"this index holds vectors of model {m['model_fingerprint'][:12]} "
-                f"({m.get('model_dir')}), which is not given: pass it with --model too, or "
-                "re-index everything with `qres index CORPUS --model MODEL_DIR --rebuild`"
+                f"this index holds vectors of {_named(missing)}, not given: {_pass_all(held)}, "
+                "or re-index everything with `qres index CORPUS --model MODEL_DIR --rebuild`"
             )
         for m, e in ((m, e) for m in held for e in encoders):
             if m["model_fingerprint"] == e.fingerprint and m["vector_dim"] != e.dim:
@@ -386,12 +404,34 @@ def search_encoder(model_dir: str | Path, device: str | None = None):
 
 def check_keeps_vectors(backend: Backend, encoder) -> None:
     """Refuse to add questions without vectors to an index whose questions have them."""
-    meta = backend.metadata()
-    if not _encoders(encoder) and meta.get("model_fingerprint") and backend.count() > 0:
+    held = index_models(backend.metadata())
+    if not _encoders(encoder) and held and backend.count() > 0:
         raise BackendError(
-            "this index stores dense vectors: pass --model "
-            f"{meta.get('model_dir', 'MODEL_DIR')} (or --rebuild without vectors)"
+            f"this index stores dense vectors of {_named(held)}: {_pass_all(held)} "
+            "(or --rebuild without vectors)"
         )
+
+
+def index_model_dirs(backend: Backend) -> list[str]:
+    """The directories of the models the index holds, in its order (as recorded)."""
+    return [m.get("model_dir") or "" for m in index_models(backend.metadata())]
+
+
+def _named(models: list[dict]) -> str:
+    """'model 910bce9c3965 (/dir/minilm)', or '2 models: ..., ...'."""
+    each = [
+        f"{m['model_fingerprint'][:12]} ({m.get('model_dir') or 'directory unknown'})"
+        for m in models
+    ]
+    return f"model {each[0]}" if len(each) == 1 else f"{len(each)} models: {', '.join(each)}"
+
+
+def _pass_all(held: list[dict]) -> str:
+    """How to name every model of the index on the command line."""
+    if model_set_of([m["model_fingerprint"] for m in held]):
+        return "pass --model-set default (the index holds exactly the default model set)"
+    flags = " ".join(f"--model {m.get('model_dir') or 'DIR'}" for m in held)
+    return f"pass every model of the index: {flags}"
 
 
 class Index:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,9 @@ DEFAULT_CANDIDATES = 100
 DEFAULT_DENSE_CANDIDATES = 100
 
 
+SNIPPET_CHARS = 200
+
+
 @dataclass(frozen=True)
 class Result:
     id: str
@@ -52,6 +55,20 @@ class Result:
     bm25: float
     cosine: float | None  # None: no vector for this candidate (or bm25 mode)
     cosines: tuple[float, ...] | None = None  # with several models: each one's cosine
+    # What a forum shows beside a suggestion (empty when searched with ``with_text=False``);
+    # not part of a result's identity, which is its ranking.
+    title: str = field(default="", compare=False)
+    tags: tuple[str, ...] = field(default=(), compare=False)
+    snippet: str = field(default="", compare=False)  # the body's first words, whole words
+
+
+def snippet(body: str, limit: int = SNIPPET_CHARS) -> str:
+    """The first ``limit`` characters of ``body`` on one line, cut after a whole word."""
+    text = " ".join(body.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit + 1].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(" ,.;:") + "…"
 
 
 def _short(fingerprint: str | None) -> str:
@@ -252,9 +269,26 @@ class SearchPipeline:
         mode: str | None = None,
         only_ids: Sequence[str] | None = None,
         query_vector: np.ndarray | None = None,
+        *,
+        with_text: bool = True,
     ) -> list[Result]:
         """Top ``k`` for ``text`` in ``mode`` (default :attr:`mode`); ``query_vector``
-        replaces encoding ``text`` (evaluation encodes a whole question, title and body)."""
+        replaces encoding ``text`` (evaluation encodes a whole question, title and body).
+        Each result carries its question's title, tags and a snippet of its body, read from
+        the index for these k only (``with_text=False``: ranking alone, as evaluation does)."""
+        results = self._rank(text, k, mode, only_ids, query_vector)
+        if not with_text or not results:
+            return results
+        stored = self.backend.fetch([r.id for r in results])
+        shown = []
+        for r in results:
+            q = stored.get(r.id)
+            if q is not None:
+                r = replace(r, title=q.title, tags=tuple(q.tags), snippet=snippet(q.body))
+            shown.append(r)
+        return shown
+
+    def _rank(self, text, k, mode, only_ids, query_vector) -> list[Result]:
         mode = mode or self.mode
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
@@ -344,10 +378,18 @@ def search_log_record(
 
 
 def model_labels(encoders) -> list[str]:
-    """A column label per model: its directory's name ("minilm"), with the fingerprint's
-    first 8 hex digits added where two directories share a name."""
-    names = [Path(e.model_dir).name for e in encoders]
+    """A label per model: its directory's name ("minilm"; the shipped GRU's directory,
+    "default", by its architecture: "gru"), with the fingerprint's first 8 hex digits added
+    where two models share a name."""
+    names = [_model_name(e) for e in encoders]
     return [
         name if names.count(name) == 1 else f"{name} {e.fingerprint[:8]}"
         for name, e in zip(names, encoders, strict=True)
     ]
+
+
+def _model_name(encoder) -> str:
+    name = Path(encoder.model_dir).name
+    if name == "default":  # says nothing beside "minilm", "mpnet": name it by what it is
+        name = str(getattr(encoder, "card", {}).get("architecture") or name)
+    return name

@@ -23,13 +23,19 @@ import os
 import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
+from html import escape
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import quote
 
+import swagger_ui
 from fastapi import BackgroundTasks, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -41,12 +47,14 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from qres.backends import open_backend
 from qres.backends.base import BackendError
 from qres.corpus.readers import MAX_FIELD_CHARS, Question
+from qres.encoders.model_set import model_set_of
 from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
-from qres.ranking.search import MODES, SearchPipeline, search_log_record
+from qres.ranking.search import MODES, SearchPipeline, model_labels, search_log_record
 
 log = logging.getLogger("qres.serve")
 
@@ -69,6 +77,8 @@ class ServiceConfig:
     log_queries: bool = False
     cors_origins: list[str] = field(default_factory=list)
     workers: int = 1
+    open_writes: bool = False  # writes without QRES_API_KEY (the CLI allows it on loopback only)
+    question_url: str | None = None  # a question's page on the forum, "{id}" replaced
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -103,6 +113,93 @@ class SearchBody(BaseModel):
     k: int = Field(default=10, ge=1)
     mode: Literal[MODES] | None = None
     explain: bool = False
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="One sentence saying what is wrong.")
+
+
+class HitOut(BaseModel):
+    rank: int
+    id: str
+    title: str
+    score: float = Field(description="The ranking score (fused in hybrid mode).")
+    tags: list[str]
+    snippet: str = Field(description="The question's body, its first words.")
+    url: str | None = Field(
+        default=None, description="The question's page (with `qres serve --question-url`)."
+    )
+    bm25: float | None = Field(default=None, description="With explain: the BM25 score.")
+    cosine: float | None = Field(
+        default=None, description="With explain: the cosine (the mean over models, if several)."
+    )
+    cosines: dict[str, float | None] | None = Field(
+        default=None, description="With explain: each model's cosine, by model name."
+    )
+
+
+class SearchOut(BaseModel):
+    query: str
+    mode: Literal[MODES]
+    k: int
+    latency_ms: float
+    results: list[HitOut]
+
+
+class QuestionOut(BaseModel):
+    id: str
+    title: str
+    body: str
+    tags: list[str]
+
+
+class WrittenOut(BaseModel):
+    id: str
+    committed: bool
+
+
+class BatchOut(BaseModel):
+    upserted: int
+    committed: bool
+
+
+class DeletedOut(BaseModel):
+    id: str
+    deleted: bool
+    committed: bool
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ModelOut(BaseModel):
+    name: str
+    fingerprint: str
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready"]
+    backend: str
+    questions: int
+    models: list[ModelOut] = Field(description="Every model of the index, in fusion order.")
+    model_set: str | None = Field(description="The model set the models make, if any.")
+    default_mode: Literal[MODES]
+    writes: bool = Field(description="Whether this server takes writes.")
+
+
+def _errors(*codes: int) -> dict:
+    """OpenAPI ``responses`` for the errors a route can answer, all ``{"error": ...}``."""
+    said = {
+        400: "A bad request (one sentence says what).",
+        401: "A missing or wrong API key.",
+        403: "Writes are off: the server was started without QRES_API_KEY.",
+        404: "No question with that id.",
+        413: "The body or batch is too large.",
+        500: "An unexpected failure (details in the server's log).",
+        503: "The index cannot be reached, or this server takes no writes.",
+    }
+    return {code: {"model": ErrorOut, "description": said[code]} for code in (*codes, 500)}
 
 
 # -- the service: backend, model, writer, metrics ----------------------------------------------
@@ -172,6 +269,7 @@ class Service:
             self.backend.close()
             raise
         self.encoder = self.pipeline.encoder
+        self.model_names = model_labels(self.pipeline.encoders)
         self.default_mode = self.pipeline.mode
         self.metrics = Metrics()
         # Two processes cannot append to one embedded index: with several workers it is
@@ -200,17 +298,9 @@ class Service:
             vector = {fp: v[0] for fp, v in vectors.items()} if several else vectors[0]
         text = f"{title} {body}".strip()
         results = self.pipeline.search(text, k, mode, query_vector=vector)
-        questions = self.backend.fetch([r.id for r in results])
         seconds = time.perf_counter() - started
         self.metrics.search_seconds.labels(mode).observe(seconds)
-        hits = []
-        for rank, r in enumerate(results, 1):
-            hit = {"rank": rank, "id": r.id, "title": getattr(questions.get(r.id), "title", "")}
-            hit["score"] = round(r.score, 6)
-            if explain:
-                hit["bm25"] = round(r.bm25, 6)
-                hit["cosine"] = None if r.cosine is None else round(r.cosine, 6)
-            hits.append(hit)
+        hits = [self._hit(rank, r, explain) for rank, r in enumerate(results, 1)]
         return {
             "query": text,
             "mode": mode,
@@ -219,6 +309,21 @@ class Service:
             "results": hits,
             "_results": results,  # for the search log; removed before answering
         }
+
+    def _hit(self, rank: int, r, explain: bool) -> dict:
+        hit = {"rank": rank, "id": r.id, "title": r.title, "score": round(r.score, 6)}
+        hit.update(tags=list(r.tags), snippet=r.snippet)
+        if self.config.question_url:
+            hit["url"] = self.config.question_url.replace("{id}", quote(r.id, safe=""))
+        if explain:
+            hit["bm25"] = round(r.bm25, 6)
+            hit["cosine"] = _round(r.cosine)
+            each = r.cosines if len(self.model_names) > 1 else (r.cosine,)
+            hit["cosines"] = {
+                name: _round(None if each is None else each[j])
+                for j, name in enumerate(self.model_names)
+            }
+        return hit
 
     def log_search(self, answer: dict) -> None:
         record = search_log_record(
@@ -266,6 +371,10 @@ class Service:
 # -- the app -----------------------------------------------------------------------------------
 
 
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
 def _static(name: str) -> str:
     return resources.files("qres").joinpath("static", name).read_text(encoding="utf-8")
 
@@ -292,6 +401,41 @@ def _parse(model: type[BaseModel], raw: bytes | str, what: str = "the request bo
         return model.model_validate_json(raw)
     except ValidationError as err:
         raise ApiError(400, _sentence(err.errors(), what)) from None
+
+
+WRITE_ERRORS = (400, 401, 403, 413, 503)
+SWAGGER_ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "favicon-32x32.png": "image/png",
+}
+CACHE_A_DAY = {"Cache-Control": "public, max-age=86400"}
+
+
+def _ok(model: type[BaseModel], *errors: int) -> dict:
+    """OpenAPI ``responses``: ``model`` for 200, ``{"error": ...}`` for each error code."""
+    return {200: {"model": model}, **_errors(*errors)}
+
+
+def _json_lines_body() -> dict:
+    """OpenAPI for POST /questions: JSON lines, each a question with its id."""
+    line = QuestionLine.model_json_schema()
+    return {
+        "requestBody": {
+            "required": True,
+            "description": "One JSON object a line, each as the schema says (JSON lines).",
+            "content": {
+                "application/x-ndjson": {"schema": {"type": "string"}, "example": EXAMPLE_LINES},
+                "application/json": {"schema": line},
+            },
+        }
+    }
+
+
+EXAMPLE_LINES = (
+    '{"id": "q43", "title": "Wifi drops every hour", "tags": ["wifi"]}\n'
+    '{"id": "q44", "title": "No sound over HDMI"}\n'
+)
 
 
 def _json_body(model: type[BaseModel]) -> dict:
@@ -321,13 +465,21 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         version="0.1.0",
         summary="Find the forum questions already asked that mean the same as a new one.",
         lifespan=lifespan,
+        docs_url=None,  # served below from the package's own Swagger UI files (no CDN)
+        redoc_url=None,
     )
     app.state.service = service
     modes = Literal[MODES]
 
     def require_key(request: Request) -> None:
         if api_key is None:
-            return
+            if config.open_writes:
+                return
+            raise ApiError(
+                403,
+                f"writes are off: start the server with {API_KEY_ENV} set (or, on a loopback "
+                "address only, with --open-writes).",
+            )
         given = request.headers.get("x-api-key") or ""
         bearer = request.headers.get("authorization", "")
         if bearer.lower().startswith("bearer "):
@@ -349,7 +501,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- search --
 
-    @app.get("/search", tags=["search"])
+    @app.get("/search", tags=["search"], response_model=None, responses=_ok(SearchOut, 400, 503))
     def search_get(
         tasks: BackgroundTasks,
         q: Annotated[str, Query(description="The text typed so far (a question title).")],
@@ -358,14 +510,19 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
             modes | None, Query(description="Default: hybrid when the index has vectors.")
         ] = None,
         explain: Annotated[
-            bool, Query(description="Add each result's BM25 and cosine scores.")
+            bool, Query(description="Add each result's BM25 score and each model's cosine.")
         ] = False,
     ):
         """Similar questions for a short text: BM25 candidates rescored by the encoder."""
         check_query(q)
         return answer(service.search(q, "", k, mode, explain), tasks)
 
-    @app.post("/search", tags=["search"], openapi_extra=_json_body(SearchBody))
+    @app.post(
+        "/search",
+        tags=["search"],
+        openapi_extra=_json_body(SearchBody),
+        responses=_ok(SearchOut, 400, 413, 503),
+    )
     async def search_post(request: Request, tasks: BackgroundTasks):
         """Similar questions for a whole question (title and body)."""
         query = _parse(SearchBody, await request.body())
@@ -379,7 +536,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- questions --
 
-    @app.get("/questions/{qid}", tags=["questions"])
+    @app.get("/questions/{qid}", tags=["questions"], responses=_ok(QuestionOut, 400, 404, 503))
     def get_question(qid: str):
         """A stored question."""
         found = service.backend.fetch([_check_id(qid)]).get(qid)
@@ -392,6 +549,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         tags=["questions"],
         dependencies=[Depends(require_key)],
         openapi_extra=_json_body(QuestionIn),
+        responses=_ok(WrittenOut, *WRITE_ERRORS),
     )
     async def put_question(qid: str, request: Request):
         """Add or replace one question; answered once it is committed (durable, searchable)."""
@@ -403,14 +561,25 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         )
         return {"id": qid, "committed": True}
 
-    @app.post("/questions", tags=["questions"], dependencies=[Depends(require_key)])
+    @app.post(
+        "/questions",
+        tags=["questions"],
+        dependencies=[Depends(require_key)],
+        openapi_extra=_json_lines_body(),
+        responses=_ok(BatchOut, *WRITE_ERRORS),
+    )
     async def post_questions(request: Request):
         """Add or replace a batch: one JSON object {"id", "title", "body", "tags"} per line."""
         questions = _read_lines(await request.body(), config.max_batch)
         await service.upsert(questions)
         return {"upserted": len(questions), "committed": True}
 
-    @app.delete("/questions/{qid}", tags=["questions"], dependencies=[Depends(require_key)])
+    @app.delete(
+        "/questions/{qid}",
+        tags=["questions"],
+        dependencies=[Depends(require_key)],
+        responses=_ok(DeletedOut, *WRITE_ERRORS, 404),
+    )
     async def delete_question(qid: str):
         """Remove one question; answered once the removal is committed."""
         found = await run_in_threadpool(service.backend.fetch, [_check_id(qid)])
@@ -421,25 +590,36 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- operations --
 
-    @app.get("/healthz", tags=["operations"])
+    @app.get("/healthz", tags=["operations"], responses=_ok(HealthOut))
     def healthz():
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"])
+    @app.get("/readyz", tags=["operations"], responses=_ok(ReadyOut, 503))
     def readyz():
-        """Readiness: the index answers and the model is loaded."""
+        """Readiness: the index answers and every model is loaded."""
         questions = service.backend.count()  # BackendError (cluster down) → 503
+        encoders = service.pipeline.encoders
+        models = [
+            {"name": name, "fingerprint": e.fingerprint}
+            for name, e in zip(service.model_names, encoders, strict=True)
+        ]
         return {
             "status": "ready",
             "backend": service.backend.name,
             "questions": questions,
-            "model": service.encoder.fingerprint[:12] if service.encoder else None,
+            "models": models,
+            "model_set": model_set_of([e.fingerprint for e in encoders]),
             "default_mode": service.default_mode,
-            "writes": not service.read_only,
+            "writes": not service.read_only and (api_key is not None or config.open_writes),
         }
 
-    @app.get("/metrics", tags=["operations"], response_class=Response)
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     def metrics():
         """Prometheus text format: requests, search latency by mode, writes, index size."""
         try:
@@ -452,7 +632,44 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def demo_page():
-        return HTMLResponse(_static("index.html"))
+        link = escape(config.question_url or "", quote=True)  # none: suggestions are text
+        return HTMLResponse(_static("index.html").replace("{question_url}", link))
+
+    @app.get("/docs", include_in_schema=False)
+    def docs():
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="qres API",
+            swagger_js_url="/docs/swagger-ui-bundle.js",
+            swagger_css_url="/docs/swagger-ui.css",
+            swagger_favicon_url="/docs/favicon-32x32.png",
+        )
+
+    @app.get("/docs/{name}", include_in_schema=False)
+    def docs_asset(name: str):
+        if name not in SWAGGER_ASSETS:
+            raise HTTPException(404)
+        path = Path(swagger_ui.__file__).parent / "static" / name
+        media = SWAGGER_ASSETS[name]
+        return Response(path.read_bytes(), media_type=media, headers=CACHE_A_DAY)
+
+    def openapi():
+        """FastAPI's document, less the 422 answers this service never gives (a bad
+        request is a 400 with one sentence, as the routes declare)."""
+        if app.openapi_schema is None:
+            spec = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            for route in spec["paths"].values():
+                for operation in route.values():
+                    operation["responses"].pop("422", None)
+            schemas = spec.get("components", {}).get("schemas", {})
+            for unused in ("HTTPValidationError", "ValidationError"):
+                schemas.pop(unused, None)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     @app.get("/widget.js", include_in_schema=False)
     def widget():
@@ -487,7 +704,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         log.exception("unexpected error", exc_info=err)
         return JSONResponse({"error": "internal error; the server log has the details."}, 500)
 
-    app.add_middleware(RequestMetrics, metrics=service.metrics)
+    app.add_middleware(RequestMetrics, metrics=service.metrics, routes=app.router.routes)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     if config.cors_origins:
         app.add_middleware(
@@ -572,8 +789,15 @@ class BodyLimit:
 class RequestMetrics:
     """Count every answered request by route template, method and status."""
 
-    def __init__(self, app, metrics: Metrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app, metrics: Metrics, routes):
+        self.app, self.metrics, self.routes = app, metrics, routes
+
+    def route_of(self, scope) -> str:
+        """The template of the route that answered ("/questions/{qid}"), "unmatched" if none."""
+        route = scope.get("route")
+        if route is None:  # routes added by the framework itself set no scope["route"]
+            route = next((r for r in self.routes if r.matches(scope)[0] == Match.FULL), None)
+        return getattr(route, "path", "unmatched")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -589,8 +813,34 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, watch)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(route, scope["method"], str(status)).inc()
+            self.metrics.requests.labels(self.route_of(scope), scope["method"], str(status)).inc()
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def check_open_writes(host: str) -> None:
+    """``--open-writes`` is for a server only this machine can reach."""
+    if not (host in LOOPBACK or host.startswith("127.")):
+        raise BackendError(
+            f"--open-writes lets anyone who reaches {host} change the index: it is allowed on a "
+            f"loopback --host only ({', '.join(LOOPBACK)}); set {API_KEY_ENV} instead"
+        )
+
+
+def startup_notes(config: ServiceConfig, access_log: bool) -> list[str]:
+    """What an operator should know before the first request: who may write, what is logged."""
+    if os.environ.get(API_KEY_ENV):
+        writes = f"writes need the API key in {API_KEY_ENV} (header X-API-Key or Bearer)"
+    elif config.open_writes:
+        writes = "writes are open to anyone who can reach this address (--open-writes)"
+    else:
+        writes = f"writes are off: set {API_KEY_ENV} to take PUT/POST/DELETE /questions"
+    if access_log:
+        logged = "the access log records every request line, query texts included (--no-access-log)"
+    else:
+        logged = "the access log is off: query texts are not logged"
+    return [writes, logged]
 
 
 def app_from_env() -> FastAPI:
