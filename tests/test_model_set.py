@@ -25,7 +25,7 @@ from qres.cli import cli
 from qres.encoders import model_set
 from qres.encoders.manifest import file_sha256
 from qres.encoders.runtime import read_card
-from qres.ranking.fusion import Fusion, default_set_fusion
+from qres.ranking.fusion import Fusion, default_set_fusion, shipped_fusion_for
 from qres.ranking.search import SearchPipeline
 from qres.training import default_set
 from tests.safety_helpers import write_model
@@ -238,3 +238,26 @@ def test_the_readme_first_command_uses_flags_that_exist():
         ctx = cli.make_context("qres", list(args))
         command = cli.get_command(ctx, args[0])
         command.make_context(args[0], args[1:], parent=ctx)  # parses: every flag and choice
+
+
+def test_the_fast_set_ships_its_own_fusion_for_the_gru_and_minilm_int8_64():
+    fast = Fusion.read(model_set.fusion_file("fast"))
+    gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
+    assert list(model_set.expected_fingerprints("fast")) == ["gru", "minilm-int8-64"]
+    assert fast.models[0] == gru and len(set(fast.models)) == 2
+    assert fast.method == "pairwise-linear" and fast.tuned_on == "semeval2016/dev"
+    assert fast.cv["folds"] == 5 and fast.cv["fingerprints"] == fast.models
+    assert shipped_fusion_for(list(reversed(fast.models))) == fast
+    assert shipped_fusion_for(fast.models[:1]) is None
+    assert model_set.DERIVED["minilm-int8-64"] == ("minilm", "int8", 64)
+
+
+def test_an_unbuilt_fast_set_names_its_build_command(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    result = run("index", DEMO, "--model-set", "fast")
+    assert result.exit_code != 0
+    missing = tmp_path / "home" / "models" / "minilm-int8-64"
+    assert result.output.splitlines() == [
+        f"error: {missing}: the fast model set is not built yet: run "
+        "`qres import-encoder fast` (needs pip install 'qres[models]')"
+    ]

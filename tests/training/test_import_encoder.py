@@ -86,6 +86,18 @@ def test_the_packaged_minilm_converts_to_the_model_the_shipped_fusion_was_fitted
     assert card["fingerprint"] == model_set.expected_fingerprints()["minilm"]
 
 
+def test_the_fast_sets_minilm_is_derived_exactly_as_its_shipped_fusion_was_fitted_for(
+    imported, tmp_path
+):
+    from qres.encoders import model_set
+    from qres.training.import_encoder import derive_encoder
+
+    out, _, _ = imported
+    base, quantize, max_tokens = model_set.DERIVED["minilm-int8-64"]
+    card = derive_encoder(out, tmp_path / "minilm-int8-64", quantize, max_tokens)
+    assert card["fingerprint"] == model_set.expected_fingerprints("fast")["minilm-int8-64"]
+
+
 def test_a_question_is_its_title_and_body_as_one_text(imported):
     out, _, reference = imported
     encoder = Encoder.load(out, providers=["CPUExecutionProvider"])
