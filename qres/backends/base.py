@@ -19,6 +19,10 @@ class BackendError(RuntimeError):
     """A problem the user can act on (missing index, unreachable server, …): one sentence."""
 
 
+class IndexMissingError(BackendError):
+    """No index at the place named: a state to report (``qres info``), not a failure."""
+
+
 class IndexFormatError(BackendError):
     """The index on disk was written in a layout this qres does not read."""
 

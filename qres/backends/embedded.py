@@ -54,7 +54,14 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from qres.backends.base import Backend, BackendError, Candidates, Hit, IndexFormatError
+from qres.backends.base import (
+    Backend,
+    BackendError,
+    Candidates,
+    Hit,
+    IndexFormatError,
+    IndexMissingError,
+)
 from qres.corpus.readers import Question
 from qres.text import bm25_terms
 
@@ -215,7 +222,7 @@ class EmbeddedBackend(Backend):
         meta_path = self.path / "meta.json"
         if not meta_path.exists():
             if not create:
-                raise BackendError(
+                raise IndexMissingError(
                     f"no qres index at {self.path}: create one with `qres index CORPUS`"
                 )
             check_replaceable(self.path)

@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from qres import paths
-from qres.backends.base import BackendError
+from qres.backends.base import IndexMissingError
 from qres.cli.group import (
     COMMITTED_IS_KEPT,
     Context,
@@ -219,7 +219,7 @@ def info(obj: Context):
             model_dir = backend.metadata().get("model_dir")
             if model_dir:
                 details["model"] = _describe_model(Path(model_dir), obj.device)
-    except BackendError as err:
+    except IndexMissingError as err:  # no index yet: worth showing with the rest
         details["index"] = str(err)
     if obj.as_json:
         obj.emit(details)

@@ -47,10 +47,16 @@ def one_sentence(err: BaseException, *, url: str = URL) -> str:
     return message
 
 
-def failing(answer, status=200, path="/qres-questions/_mapping", **backend) -> BackendError:
+def failing(
+    answer, status=200, path="/qres-questions/_mapping", node_class_options=None, **backend
+) -> BackendError:
     cluster = FakeCluster().on("GET", path, answer, status=status)
     with pytest.raises(BackendError) as caught:
-        cluster.backend(**backend)
+        if node_class_options is None:
+            cluster.backend(**backend)
+        else:
+            node_class = cluster.node_class(**node_class_options)
+            EsBackend(config=EsConfig(url=URL), node_class=node_class, **backend)
     return caught.value
 
 
@@ -114,6 +120,69 @@ def test_not_elasticsearch():
     message = one_sentence(caught.value)
     assert message.startswith(f"{URL} answered but is not Elasticsearch")
     assert "QRES_ES_URL" in message
+
+
+@pytest.fixture
+def web_server(tmp_path):
+    """A plain web server on loopback (python -m http.server's handler): it answers 404 with
+    an HTML page for every Elasticsearch path, and the root with a directory listing."""
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = partial(Quiet, directory=str(tmp_path))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_web_server_that_is_not_elasticsearch_is_named_so_whatever_its_status(
+    web_server, monkeypatch
+):
+    monkeypatch.setenv("QRES_ES_URL", web_server)
+    result = CliRunner().invoke(cli, ["--backend", "elasticsearch", "search", "x"])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: {web_server} answered but is not Elasticsearch")
+    assert "(HTTP 404" in result.output and "refused the request" not in result.output
+    assert result.output.count("\n") == 1
+
+
+def test_elasticsearch_errors_without_the_product_header_are_still_elasticsearch():
+    """A 7.x server sends no product header; its error bodies still say who answered."""
+    refusal = es_error(400, "illegal_argument_exception", "bad things")
+    message = str(failing(refusal, status=400, node_class_options={"product_header": False}))
+    assert "refused the request on qres-questions (HTTP 400, illegal_argument_exception" in message
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9200/es", "http://localhost:9200/?pretty"])
+def test_a_url_with_a_path_is_refused_in_qres_words(monkeypatch, url):
+    monkeypatch.setenv("QRES_ES_URL", url)
+    with pytest.raises(BackendError) as caught:
+        load_config()
+    message = str(caught.value)
+    assert message.startswith(f"Elasticsearch URL {url!r} has a path")
+    assert "scheme, host and port only" in message
+
+
+def test_info_with_the_server_down_exits_non_zero_with_one_line(monkeypatch):
+    url = f"http://127.0.0.1:{unused_port()}"
+    monkeypatch.setenv("QRES_ES_URL", url)
+    result = CliRunner().invoke(cli, ["--backend", "elasticsearch", "info"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"error: cannot reach Elasticsearch at {url}")
+    assert result.output.count("\n") == 1
+
+
+def test_info_of_an_index_not_made_yet_is_a_state_not_an_error(tmp_path):
+    result = CliRunner().invoke(cli, ["--index-dir", str(tmp_path / "none"), "--json", "info"])
+    assert result.exit_code == 0, result.output
+    assert "no qres index at" in json.loads(result.output)["index"]
 
 
 # -- credentials and privileges ----------------------------------------------------------------

@@ -138,6 +138,13 @@ def _check_config(config: EsConfig, path: Path) -> None:
                 f"Elasticsearch URL {mask_userinfo(host)!r} is not an http(s) URL: "
                 "set QRES_ES_URL like http://localhost:9200"
             )
+        if parts.path.strip("/") or parts.query or parts.fragment:
+            extra = parts.path + (f"?{parts.query}" if parts.query else "")
+            raise BackendError(
+                f"Elasticsearch URL {mask_userinfo(host)!r} has a path ({extra}): qres sends "
+                "its requests to the cluster's root, so the path would be read as an index "
+                "name; set QRES_ES_URL to scheme, host and port only, like http://localhost:9200"
+            )
     if config.user and not config.password:
         raise BackendError(
             f"QRES_ES_USER is set ({config.user!r}) but no password: set QRES_ES_PASSWORD "

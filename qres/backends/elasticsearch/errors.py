@@ -15,7 +15,7 @@ from elasticsearch import (
     UnsupportedProductError,
 )
 
-from qres.backends.base import BackendError
+from qres.backends.base import BackendError, IndexMissingError
 from qres.backends.elasticsearch.config import EsConfig, config_path
 
 
@@ -23,6 +23,18 @@ def _error_type(err: TransportApiError) -> str:
     body = err.body if isinstance(err.body, dict) else {}
     error = body.get("error")
     return error.get("type", "") if isinstance(error, dict) else ""
+
+
+def _from_elasticsearch(err: TransportApiError) -> bool:
+    """Whether an error answer came from Elasticsearch: its product header (7.14 on), or else
+    the body of an Elasticsearch error (``{"error": {"type": ...}}``) or of a document lookup
+    (``{"_index": ..., "found": false}``), never a proxy's or a web server's page."""
+    headers = getattr(err.meta, "headers", None) or {}
+    if headers.get("x-elastic-product") == "Elasticsearch":
+        return True
+    body = err.body if isinstance(err.body, dict) else {}
+    error = body.get("error")
+    return (isinstance(error, dict) and "type" in error) or "_index" in body
 
 
 def _describe_error(error: dict) -> str:
@@ -95,6 +107,11 @@ def explain(err: Exception, config: EsConfig, index: str) -> str:
             f"{where} answered but is not Elasticsearch ({_short(err.message)}): "
             "set QRES_ES_URL to an Elasticsearch 8 or 9 cluster"
         )
+    elif isinstance(err, TransportApiError) and not _from_elasticsearch(err):
+        message = (
+            f"{where} answered but is not Elasticsearch (HTTP {err.meta.status}, "
+            f"{_short(str(err.body), 80)}): set QRES_ES_URL to an Elasticsearch 8 or 9 cluster"
+        )
     elif isinstance(err, AuthenticationException):
         if config.has_credentials:
             message = (
@@ -141,7 +158,11 @@ def guarded_on(index_attribute: str):
                 return method(self, *args, **kwargs)
             except (TransportApiError, TransportError) as err:
                 index = getattr(self, index_attribute)
-                raise BackendError(explain(err, self.config, index)) from None
+                missing = isinstance(err, NotFoundError) and (
+                    _error_type(err) == "index_not_found_exception"
+                )
+                kind = IndexMissingError if missing else BackendError
+                raise kind(explain(err, self.config, index)) from None
 
         return wrapper
 
