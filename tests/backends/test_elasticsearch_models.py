@@ -183,7 +183,7 @@ def search_cluster(cluster):
 
 
 def test_hybrid_over_two_models_is_one_search_with_a_script_field_per_model(search_cluster):
-    pipeline = SearchPipeline(search_cluster.backend(), list(ENCODERS), FUSION)
+    pipeline = SearchPipeline(search_cluster.backend(), list(ENCODERS), FUSION, dense_candidates=0)
     pipeline.search("usb boot", 3, "hybrid")
     reads = [r for r in search_cluster.requests if not r.path.endswith("/_mapping")]
     (request,) = reads  # one search: no _mget of vectors, no request per model
@@ -203,7 +203,9 @@ def test_hybrid_over_two_models_is_one_search_with_a_script_field_per_model(sear
 def test_fused_ranking_over_two_models_equals_the_two_step_path(search_cluster, mode, query):
     """The cluster's per-model script cosines give the ranking, scores and per-model figures
     (--explain) of the embedded backend's path (vectors read, cosines in numpy)."""
-    es = SearchPipeline(search_cluster.backend(), list(ENCODERS), FUSION).search(query, 6, mode)
+    # BM25's candidates only: the request under test (the dense stage is tested apart)
+    es = SearchPipeline(search_cluster.backend(), list(ENCODERS), FUSION, dense_candidates=0)
+    es = es.search(query, 6, mode)
     reference = SearchPipeline(TwoStepBackend(), list(ENCODERS), FUSION).search(query, 6, mode)
     assert [r.id for r in es] == [r.id for r in reference]
     for got, want in zip(es, reference, strict=True):
@@ -256,6 +258,16 @@ def test_vectors_of_a_further_model_are_read_from_its_field(cluster):
     assert request.params == {"_source_includes": FIELD_B, "realtime": "false"}
     np.testing.assert_array_equal(got, np.array([[0.0, 0.6, 0.8]], np.float32))
     assert has.tolist() == [True]
+    backend.close()
+
+
+def test_nearest_of_a_further_model_searches_its_field(cluster):
+    cluster.on("POST", "/qres-questions/_search", {"hits": {"hits": [{"_id": "u2", "_score": 1}]}})
+    backend = cluster.backend()
+    hits = backend.nearest(np.array([0.0, 0.6, 0.8]), 1, model=FP_B)
+    (request,) = cluster.sent("POST", "/qres-questions/_search")
+    assert request.body["knn"]["field"] == FIELD_B
+    assert [(h.id, h.score) for h in hits] == [("u2", 1.0)]
     backend.close()
 
 

@@ -36,6 +36,7 @@ from qres.backends.elasticsearch import (
     search_log_document,
 )
 from qres.backends.elasticsearch.kibana import SAVED_OBJECTS, import_saved_objects
+from qres.backends.elasticsearch.requests import cosine_field
 from qres.corpus.readers import Question
 from qres.ranking.fusion import Fusion
 from qres.ranking.search import SearchPipeline
@@ -634,7 +635,9 @@ def model_cluster(cluster):
 
 def test_dense_and_hybrid_send_one_search_with_a_cosine_script_field(model_cluster):
     encoder = TableEncoder({"usb": 0, "wifi": 1})
-    pipeline = SearchPipeline(model_cluster.backend(), encoder, Fusion(0.4, 0.6))
+    pipeline = SearchPipeline(
+        model_cluster.backend(), encoder, Fusion(0.4, 0.6), dense_candidates=0
+    )
     pipeline.search("usb boot", 3, "hybrid")
     reads = [r for r in model_cluster.requests if r.path != "/qres-questions/_mapping"]
     (request,) = reads  # one search, no _mget of vectors
@@ -667,7 +670,9 @@ def test_fused_ranking_in_one_request_equals_the_embedded_path(model_cluster, mo
     figures (--explain) that the two-step path of the embedded backend gives."""
     encoder = TableEncoder({"usb": 0, "wifi": 1, "nothing": 3})
     fusion = Fusion(0.35, 0.65)
-    es = SearchPipeline(model_cluster.backend(), encoder, fusion).search(query, 6, mode)
+    # BM25's candidates only: the request under test (the dense stage is tested apart)
+    es = SearchPipeline(model_cluster.backend(), encoder, fusion, dense_candidates=0)
+    es = es.search(query, 6, mode)
     reference = SearchPipeline(InMemoryBackend(), encoder, fusion).search(query, 6, mode)
     assert [r.id for r in es] == [r.id for r in reference]
     for got, want in zip(es, reference, strict=True):
@@ -741,6 +746,87 @@ def test_knn_search_and_hybrid(vector_cluster):
     assert body["query"]["multi_match"]["boost"] == 0.2
     assert body["query"]["multi_match"]["query"] == "usb"
     backend.close()
+
+
+# -- the dense first stage: nearest ---------------------------------------------------------------
+
+
+def test_nearest_is_one_knn_search_whose_scores_become_cosines(vector_cluster):
+    """8.4 on: the top-level knn section (Elasticsearch 8 reference, "kNN search": field,
+    query_vector, k, num_candidates); with the cosine similarity the hit score is
+    (1 + cosine) / 2, turned back into the cosine."""
+    vector_cluster.on("POST", "/qres-questions/_search", search_answer(("u3", 0.9), ("u1", 0.25)))
+    backend = vector_cluster.backend()
+    hits = backend.nearest(np.array([0.0, 1.0, 0.0, 0.0]), 2)
+    (request,) = vector_cluster.sent("POST", "/qres-questions/_search")
+    assert request.body == {
+        "knn": {
+            "field": "vector",
+            "query_vector": [0.0, 1.0, 0.0, 0.0],
+            "k": 2,
+            "num_candidates": 100,
+        },
+        "size": 2,
+        "_source": False,
+        "track_total_hits": False,
+    }
+    assert [(h.id, h.score) for h in hits] == [("u3", pytest.approx(0.8)), ("u1", -0.5)]
+    assert "_source" not in json.dumps(request.body["knn"])  # vectors never leave the cluster
+    assert [r.path for r in vector_cluster.requests].count("/") == 1  # the version, asked once
+    backend.nearest(np.array([0.0, 1.0, 0.0, 0.0]), 2)
+    assert [r.path for r in vector_cluster.requests].count("/") == 1
+    backend.close()
+
+
+def test_nearest_before_8_4_is_an_exact_script_score_over_doc_values():
+    cluster = FakeCluster(version="8.3.3")
+    cluster.on("GET", "/qres-questions/_mapping", mapping(dims=4, meta={"vector_dim": 4}))
+    cluster.on("POST", "/qres-questions/_search", search_answer(("u2", 1.5)))
+    backend = cluster.backend()
+    hits = backend.nearest([1.0, 0.0, 0.0, 0.0], 3)
+    (request,) = cluster.sent("POST", "/qres-questions/_search")
+    script = request.body["query"]["script_score"]["script"]
+    assert request.body["query"]["script_score"]["query"] == {"match_all": {}}
+    assert script["source"] == (
+        "doc['vector'].size() == 0 ? 0.0 : cosineSimilarity(params.query_vector, 'vector') + 1.0"
+    )
+    assert script["params"] == {"query_vector": [1.0, 0.0, 0.0, 0.0]}
+    assert request.body["min_score"] > 0 and request.body["size"] == 3
+    assert [(h.id, h.score) for h in hits] == [("u2", 0.5)]
+    backend.close()
+
+
+def test_hybrid_with_the_dense_stage_adds_a_knn_search_and_scores_what_it_found(model_cluster):
+    """BM25 with cosines (one request), the model's nearest (knn), then the nearest ones
+    BM25 missed scored alike (restricted to their ids): three searches, no vector read."""
+
+    def search(request):
+        if "knn" in request.body:
+            return 200, search_answer(("c9", 0.9), ("c1", 0.8))  # c1: BM25 has it already
+        return scripted_search(request)
+
+    model_cluster.on("POST", "/qres-questions/_search", search)
+    pipeline = SearchPipeline(model_cluster.backend(), TableEncoder({"usb": 0}), Fusion(0.4, 0.6))
+    pipeline.search("usb boot", 3, "hybrid")
+    searches = model_cluster.sent("POST", "/qres-questions/_search")
+    assert [("knn" in r.body, "script_fields" in r.body) for r in searches] == [
+        (False, True),
+        (True, False),
+        (False, True),
+    ]
+    restricted = searches[2].body["query"]["bool"]["filter"][0]["ids"]["values"]
+    assert restricted == ["c9"]
+    assert not model_cluster.sent("POST", "/qres-questions/_mget")  # vectors stay there
+
+
+def test_the_cosine_script_reads_doc_values_never_the_source():
+    """The hybrid request's cosine per hit comes from the fields API: field('vector').get() is
+    the DenseVector over the field's doc values (VectorValues of an indexed vector, binary doc
+    values otherwise), never _source, for every model's field."""
+    for field in ("vector", "vector_0123456789abcdef"):
+        source = cosine_field([1.0, 0.0], field)["script"]["source"]
+        assert f"field('{field}').get()" in source and "cosineSimilarity" in source
+        assert "_source" not in source and "params['_source']" not in source
 
 
 # -- reading -----------------------------------------------------------------------------------

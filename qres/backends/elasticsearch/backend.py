@@ -50,6 +50,7 @@ from qres.backends.elasticsearch.errors import (
     guarded_on,
 )
 from qres.backends.elasticsearch.requests import (
+    HAS_VECTOR_SCORE,
     MAX_RESULT_WINDOW,
     NEWEST_FORMAT,
     RESCORE_SCRIPT,
@@ -57,6 +58,7 @@ from qres.backends.elasticsearch.requests import (
     IndexSettings,
     bm25_query,
     cosine_field,
+    exact_nearest_query,
     load_es_config,
     search_log_document,
     terms_fields,
@@ -113,6 +115,7 @@ class EsBackend(Backend):
         self._physical: str | None = None
         self._rebuilding: str | None = None
         self._dims: dict[str, int] = {}  # vector field -> dimensions, as the mapping says
+        self._server: tuple[int, int] | None = None  # (major, minor), asked once
         self._meta: dict = {}  # the mapping's _meta, as last read or written here
         self._title_boost = self.settings.title_boost
         self._analyzer = self.settings.analyzer
@@ -686,6 +689,37 @@ class EsBackend(Backend):
             },
         }
         return self._hits(self._ranked(query, k, rescore=rescore))
+
+    supports_nearest = True
+    KNN_SINCE = (8, 4)  # the top-level `knn` section of _search
+
+    @_guarded
+    def nearest(self, query_vector, k: int, model: str | None = None) -> list[Hit]:
+        """The dense first stage on the cluster: its approximate nearest-neighbour search
+        (HNSW over the ``index: true`` vector field, top-level ``knn``, 8.4 on; the score
+        of the ``cosine`` similarity is (1 + cosine) / 2), or, on older servers, an exact
+        ``script_score`` over every question with a vector. ``Hit.score`` is the cosine."""
+        if k <= 0:
+            return []
+        field = self._field_of(model)
+        vector = self._query_vector(query_vector, field)
+        k = min(k, MAX_RESULT_WINDOW)
+        options = {"size": k, "source": False, "track_total_hits": False}
+        if self._version() >= self.KNN_SINCE:
+            candidates = min(max(2 * k, 100), MAX_RESULT_WINDOW)
+            knn = {"field": field, "query_vector": vector, "k": k, "num_candidates": candidates}
+            answer = self._client.search(index=self._target, knn=knn, **options)
+            return [Hit(h.id, 2.0 * h.score - 1.0) for h in self._hits(answer)]
+        query = exact_nearest_query(vector, field)
+        answer = self._client.search(
+            index=self._target, query=query, min_score=HAS_VECTOR_SCORE, **options
+        )
+        return [Hit(h.id, h.score - 1.0) for h in self._hits(answer)]
+
+    def _version(self) -> tuple[int, int]:
+        if self._server is None:
+            self._server = self._server_version()
+        return self._server
 
     @_guarded
     def knn_search(

@@ -166,6 +166,25 @@ def bm25_query(
     return query
 
 
+def exact_nearest_query(query_vector: list[float], field: str = VECTOR_FIELD) -> dict:
+    """Every question scored cosine + 1 from its doc values (``script_score`` wants scores
+    >= 0), 0 without a vector in ``field``; search it with :data:`HAS_VECTOR_SCORE` as
+    ``min_score`` so those never come back."""
+    return {
+        "script_score": {
+            "query": {"match_all": {}},
+            "script": {
+                "source": f"doc['{field}'].size() == 0 ? 0.0 : "
+                f"cosineSimilarity(params.query_vector, '{field}') + 1.0",
+                "params": {"query_vector": query_vector},
+            },
+        }
+    }
+
+
+HAS_VECTOR_SCORE = 1e-6  # min_score of exact_nearest_query: leaves out questions without one
+
+
 def cosine_field(query_vector: list[float], field: str = VECTOR_FIELD) -> dict:
     """A ``script_fields`` entry: each hit's cosine with ``query_vector`` over the vector
     field ``field``, null where the hit has no vector there."""
