@@ -24,9 +24,7 @@ bodies: :mod:`.requests`.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import socket
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -36,8 +34,6 @@ from elasticsearch import NotFoundError, helpers
 from qres.backends.base import (
     Backend,
     BackendError,
-    Candidates,
-    Hit,
     IndexFormatError,
     index_models,
 )
@@ -50,20 +46,16 @@ from qres.backends.elasticsearch.errors import (
     guarded_on,
 )
 from qres.backends.elasticsearch.requests import (
-    HAS_VECTOR_SCORE,
-    MAX_RESULT_WINDOW,
     NEWEST_FORMAT,
-    RESCORE_SCRIPT,
     VECTOR_FIELD,
     IndexSettings,
-    bm25_query,
-    cosine_field,
-    exact_nearest_query,
     load_es_config,
     search_log_document,
     terms_fields,
     vector_field,
 )
+from qres.backends.elasticsearch.searching import Searching
+from qres.backends.elasticsearch.versions import VersionedAlias
 from qres.corpus.readers import Question
 
 log = logging.getLogger(__name__)
@@ -74,7 +66,7 @@ _MGET_BATCH = 1000
 _RETRY_STATUS = (429, 502, 503, 504)
 
 
-class EsBackend(Backend):
+class EsBackend(VersionedAlias, Searching, Backend):
     """A qres index on Elasticsearch: an alias over a versioned physical index.
 
     Rebuilds: ``EsBackend(..., rebuild=True)`` (or :meth:`begin_rebuild`) sends every write
@@ -223,156 +215,6 @@ class EsBackend(Backend):
         number = self._client.info()["version"]["number"]
         major, minor = re.match(r"(\d+)\.(\d+)", number).groups()
         return int(major), int(minor)
-
-    def _create(self, physical: str, with_alias: bool) -> None:
-        settings, mappings = self.settings.index_body(self._server_version())
-        if not with_alias:  # a rebuild's index: who builds it, so a killed one can be told apart
-            mappings.setdefault("_meta", {})["built_by"] = {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-            }
-        self._client.indices.create(
-            index=physical,
-            settings=settings,
-            mappings=mappings,
-            aliases={self.alias: {}} if with_alias else None,
-        )
-        self._adopt(physical, mappings)
-
-    def _next_physical_name(self) -> str:
-        answer = self._client.indices.resolve_index(name=f"{self.alias}-v*", expand_wildcards="all")
-        pattern = re.compile(re.escape(self.alias) + r"-v(\d+)")
-        versions = [
-            int(m.group(1))
-            for entry in answer.get("indices", [])
-            if (m := pattern.fullmatch(entry["name"]))
-        ]
-        return f"{self.alias}-v{max(versions, default=0) + 1}"
-
-    def _orphans(self) -> list[str]:
-        """Versions of this index (``<alias>-v<N>``) neither behind the alias nor being built
-        by this backend: what an interrupted rebuild left (a killed process cleans nothing)."""
-        answer = self._client.indices.resolve_index(name=f"{self.alias}-v*", expand_wildcards="all")
-        pattern = re.compile(re.escape(self.alias) + r"-v\d+")
-        live, _ = self._behind_alias()
-        return sorted(
-            entry["name"]
-            for entry in answer.get("indices", [])
-            if pattern.fullmatch(entry["name"])
-            and entry["name"] not in live
-            and entry["name"] != self._rebuilding
-        )
-
-    def _abandoned(self, orphan: str) -> bool:
-        """Whether ``orphan`` was built on this machine by a process that is gone: only then
-        can it not be a rebuild still running (one elsewhere may be)."""
-        mappings = self._client.indices.get_mapping(index=orphan).get(orphan, {}).get("mappings")
-        owner = (mappings or {}).get("_meta", {}).get("built_by") or {}
-        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-            return False
-        try:
-            os.kill(owner["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:  # alive, under another user
-            return False
-        return False
-
-    @_guarded
-    def acquire_write_lock(self) -> None:
-        """A cluster has no writer lock; but as on the embedded backend, a writer removes what
-        a killed rebuild left behind: the orphans :meth:`_abandoned` proves dead."""
-        for orphan in self._orphans():
-            if self._abandoned(orphan):
-                self._client.indices.delete(index=orphan, ignore_unavailable=True)
-                log.warning(
-                    "removed %s, left behind by an interrupted rebuild of %s", orphan, self.alias
-                )
-
-    @_guarded
-    def leftovers(self) -> list[dict]:
-        found = []
-        for orphan in self._orphans():
-            stats = self._client.indices.stats(index=orphan, metric="store")
-            size = stats.get("indices", {}).get(orphan, {}).get("total", {}).get("store", {})
-            found.append(
-                {
-                    "path": orphan,
-                    "bytes": int(size.get("size_in_bytes", 0)),
-                    "removed_by": "the next write from this machine if its rebuild ran here, "
-                    "else the next `qres --backend elasticsearch index --rebuild`",
-                }
-            )
-        return found
-
-    def _behind_alias(self) -> tuple[list[str], bool]:
-        """(physical indices the alias names, whether ``alias`` is itself a concrete index)."""
-        try:
-            answer = self._client.indices.resolve_index(name=self.alias)
-        except NotFoundError as err:
-            if _error_type(err) != "index_not_found_exception":
-                raise
-            return [], False
-        for entry in answer.get("aliases", []):
-            if entry["name"] == self.alias:
-                return list(entry.get("indices", [])), False
-        concrete = any(entry["name"] == self.alias for entry in answer.get("indices", []))
-        return ([self.alias] if concrete else []), concrete
-
-    @_guarded
-    def begin_rebuild(self) -> str:
-        """Create a fresh physical index (named ``<alias>-v<N+1>``) and send every read and
-        write of this backend there; returns its name."""
-        if self._rebuilding:
-            raise BackendError(f"a rebuild of {self.alias!r} is already under way")
-        orphans = self._orphans()
-        if orphans:  # one rebuild at a time: another unfinished one was interrupted
-            log.warning(
-                "removed %s, left behind by an interrupted rebuild of %s",
-                ", ".join(orphans),
-                self.alias,
-            )
-            self._client.indices.delete(index=orphans, ignore_unavailable=True)
-        physical = self._next_physical_name()
-        self._create(physical, with_alias=False)
-        self._rebuilding = self._target = physical
-        return physical
-
-    @_guarded
-    def finish_rebuild(self) -> None:
-        """Refresh the new index, point the alias at it alone in one atomic ``_aliases`` call,
-        then delete the index the alias named before."""
-        if not self._rebuilding:
-            raise BackendError("no rebuild under way: start one with begin_rebuild()")
-        new = self._rebuilding
-        self._client.indices.refresh(index=new)
-        old, concrete = self._behind_alias()
-        if concrete:  # an index named like the alias: replace it by the alias, atomically
-            actions = [{"remove_index": {"index": self.alias}}]
-        else:
-            actions = [{"remove": {"index": name, "alias": self.alias}} for name in old]
-        actions.append({"add": {"index": new, "alias": self.alias}})
-        self._client.indices.update_aliases(actions=actions)
-        self._rebuilding, self._target = None, self.alias
-        leftovers = [name for name in old if name != new and not concrete]
-        if leftovers:
-            self._client.indices.delete(index=leftovers)
-
-    @_guarded
-    def abort_rebuild(self) -> None:
-        """Delete the index being built; the alias keeps naming what it named before."""
-        if not self._rebuilding:
-            return
-        new, self._rebuilding, self._target = self._rebuilding, None, self.alias
-        self._client.indices.delete(index=new, ignore_unavailable=True)
-
-    @_guarded
-    def drop(self) -> None:
-        """Delete the index: the alias and every physical index behind it (and a rebuild's)."""
-        self.abort_rebuild()
-        names, _ = self._behind_alias()
-        if names:
-            self._client.indices.delete(index=names, ignore_unavailable=True)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -567,203 +409,6 @@ class EsBackend(Backend):
     @_guarded
     def commit(self) -> None:
         self._client.indices.refresh(index=self._target)
-
-    # -- searching -----------------------------------------------------------------------------
-
-    def _bm25(self, text: str, only_ids: Sequence[str] | None = None) -> dict | None:
-        return bm25_query(text, self._analyzer, self._title_boost, only_ids)
-
-    @staticmethod
-    def _hits(answer) -> list[Hit]:
-        return [Hit(h["_id"], float(h["_score"] or 0.0)) for h in answer["hits"]["hits"]]
-
-    @_guarded
-    def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
-        query = self._bm25(text, only_ids)
-        if query is None or k <= 0 or (only_ids is not None and not only_ids):
-            return []
-        return self._hits(self._ranked(query, k))
-
-    def candidates(
-        self,
-        text: str,
-        k: int,
-        only_ids: Sequence[str] | None = None,
-        query_vector: np.ndarray | dict | None = None,
-    ) -> Candidates:
-        """As :meth:`Backend.candidates`; ``query_vector`` may be ``{fingerprint: vector}``
-        (an index of several models): one request gives every model's cosines."""
-        if not isinstance(query_vector, dict):
-            return super().candidates(text, k, only_ids, query_vector)
-        hits, cosines, has_vector = self._search_cosines(text, k, query_vector, only_ids)
-        first = next(iter(cosines.values()), np.zeros(0, np.float32))
-        return Candidates(hits, first, has_vector, cosines)
-
-    def search_with_cosine(
-        self, text: str, k: int, query_vector, only_ids: Sequence[str] | None = None
-    ) -> tuple[list[Hit], np.ndarray, np.ndarray]:
-        """One request: the BM25 top-``k`` with each hit's cosine computed inside the cluster
-        (a script field), so no vector leaves it; qres fuses the two scores as it does for
-        the embedded backend."""
-        hits, cosines, has_vector = self._search_cosines(text, k, {None: query_vector}, only_ids)
-        return hits, cosines[None], has_vector
-
-    @_guarded
-    def _search_cosines(
-        self, text: str, k: int, queries: dict, only_ids: Sequence[str] | None
-    ) -> tuple[list[Hit], dict, np.ndarray]:
-        """The BM25 top-``k`` and, by one script field per model, each hit's cosine to each
-        of ``queries`` ({fingerprint: query vector}; None: the first model); a hit has a
-        vector when it has every model's."""
-        query = self._bm25(text, only_ids)
-        if query is None or k <= 0 or (only_ids is not None and not only_ids):
-            return [], {fp: np.zeros(0, np.float32) for fp in queries}, np.zeros(0, bool)
-        fields = {fp: self._field_of(fp) for fp in queries}
-        names = {fp: "cosine" + field[len(VECTOR_FIELD) :] for fp, field in fields.items()}
-        script_fields = {
-            names[fp]: cosine_field(self._query_vector(vector, fields[fp]), fields[fp])
-            for fp, vector in queries.items()
-        }
-        answer = self._ranked(query, k, script_fields=script_fields)
-        hits = self._hits(answer)
-        cosines = {fp: np.zeros(len(hits), np.float32) for fp in queries}
-        has_vector = np.ones(len(hits), bool)
-        for row, hit in enumerate(answer["hits"]["hits"]):
-            values = hit.get("fields") or {}
-            for fp, name in names.items():
-                value = (values.get(name) or [None])[0]
-                if value is None:
-                    has_vector[row] = False
-                else:
-                    cosines[fp][row] = value
-        return hits, cosines, has_vector
-
-    def _query_vector(self, query_vector, field: str = VECTOR_FIELD) -> list[float]:
-        vector = np.asarray(query_vector, dtype=np.float32).ravel()
-        dims = self._dims.get(field)
-        if dims is None:
-            raise BackendError(
-                f"index {self.alias!r} at {self.config.safe_url} holds no vectors"
-                + (f" in {field}" if field != VECTOR_FIELD else "")
-                + ": index it with `qres --backend elasticsearch index CORPUS --model MODEL_DIR`"
-            )
-        if len(vector) != dims:
-            raise BackendError(
-                f"the query vector has {len(vector)} dimensions but {self.alias!r} holds "
-                f"{dims}-dimensional vectors"
-                + (f" in {field}" if field != VECTOR_FIELD else "")
-                + ": use the model the index was built with"
-            )
-        return vector.tolist()
-
-    @_guarded
-    def search_rescored(
-        self,
-        text: str,
-        k: int,
-        query_vector,
-        window: int = 100,
-        weights: tuple[float, float] = (1.0, 1.0),
-    ) -> list[Hit]:
-        """BM25 top-``k`` whose best ``max(window, k)`` are rescored inside Elasticsearch:
-        ``weights[0] * bm25 + weights[1] * (cosine(query_vector, vector) + 1)``; documents
-        without a vector get 0 for the cosine part."""
-        query = self._bm25(text)
-        if query is None or k <= 0:
-            return []
-        rescore = {
-            "window_size": min(max(window, k), MAX_RESULT_WINDOW),
-            "query": {
-                "rescore_query": {
-                    "script_score": {
-                        "query": {"match_all": {}},
-                        "script": {
-                            "source": RESCORE_SCRIPT,
-                            "params": {"query_vector": self._query_vector(query_vector)},
-                        },
-                    }
-                },
-                "query_weight": float(weights[0]),
-                "rescore_query_weight": float(weights[1]),
-                "score_mode": "total",
-            },
-        }
-        return self._hits(self._ranked(query, k, rescore=rescore))
-
-    supports_nearest = True
-    KNN_SINCE = (8, 4)  # the top-level `knn` section of _search
-
-    @_guarded
-    def nearest(self, query_vector, k: int, model: str | None = None) -> list[Hit]:
-        """The dense first stage on the cluster: its approximate nearest-neighbour search
-        (HNSW over the ``index: true`` vector field, top-level ``knn``, 8.4 on; the score
-        of the ``cosine`` similarity is (1 + cosine) / 2), or, on older servers, an exact
-        ``script_score`` over every question with a vector. ``Hit.score`` is the cosine."""
-        if k <= 0:
-            return []
-        field = self._field_of(model)
-        vector = self._query_vector(query_vector, field)
-        k = min(k, MAX_RESULT_WINDOW)
-        options = {"size": k, "source": False, "track_total_hits": False}
-        if self._version() >= self.KNN_SINCE:
-            candidates = min(max(2 * k, 100), MAX_RESULT_WINDOW)
-            knn = {"field": field, "query_vector": vector, "k": k, "num_candidates": candidates}
-            answer = self._client.search(index=self._target, knn=knn, **options)
-            return [Hit(h.id, 2.0 * h.score - 1.0) for h in self._hits(answer)]
-        query = exact_nearest_query(vector, field)
-        answer = self._client.search(
-            index=self._target, query=query, min_score=HAS_VECTOR_SCORE, **options
-        )
-        return [Hit(h.id, h.score - 1.0) for h in self._hits(answer)]
-
-    def _version(self) -> tuple[int, int]:
-        if self._server is None:
-            self._server = self._server_version()
-        return self._server
-
-    @_guarded
-    def knn_search(
-        self,
-        query_vector,
-        k: int,
-        num_candidates: int | None = None,
-        text: str | None = None,
-        weights: tuple[float, float] = (1.0, 1.0),
-    ) -> list[Hit]:
-        """Approximate nearest neighbours by cosine (HNSW), ``num_candidates`` per shard
-        (default ``max(100, 2k)``); with ``text``, a hybrid: Elasticsearch adds
-        ``weights[0] * bm25`` and ``weights[1] * (1 + cosine) / 2``."""
-        if k <= 0:
-            return []
-        k = min(k, MAX_RESULT_WINDOW)
-        candidates = min(max(num_candidates or max(100, 2 * k), k), MAX_RESULT_WINDOW)
-        knn = {
-            "field": "vector",
-            "query_vector": self._query_vector(query_vector),
-            "k": k,
-            "num_candidates": candidates,
-            "boost": float(weights[1]),
-        }
-        options: dict = {}
-        query = self._bm25(text) if text else None
-        if query is not None:
-            query["multi_match"]["boost"] = float(weights[0])
-            options["query"] = query
-        answer = self._client.search(
-            index=self._target, knn=knn, size=k, source=False, track_total_hits=False, **options
-        )
-        return self._hits(answer)
-
-    def _ranked(self, query: dict, k: int, **extra):
-        """The top ``k`` ids and scores of ``query`` (no ``_source``, no hit count)."""
-        return self._client.search(
-            index=self._target,
-            query=query,
-            size=min(k, MAX_RESULT_WINDOW),
-            source=False,
-            track_total_hits=False,
-            **extra,
-        )
 
     # -- reading stored fields -----------------------------------------------------------------
 
