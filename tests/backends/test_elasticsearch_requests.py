@@ -638,7 +638,7 @@ def test_dense_and_hybrid_send_one_search_with_a_cosine_script_field(model_clust
     pipeline = SearchPipeline(
         model_cluster.backend(), encoder, Fusion(0.4, 0.6), dense_candidates=0
     )
-    pipeline.search("usb boot", 3, "hybrid")
+    pipeline.search("usb boot", 3, "hybrid", with_text=False)  # the ranking requests alone
     reads = [r for r in model_cluster.requests if r.path != "/qres-questions/_mapping"]
     (request,) = reads  # one search, no _mget of vectors
     query_vector = encoder.encode_query("usb boot").tolist()
@@ -672,8 +672,9 @@ def test_fused_ranking_in_one_request_equals_the_embedded_path(model_cluster, mo
     fusion = Fusion(0.35, 0.65)
     # BM25's candidates only: the request under test (the dense stage is tested apart)
     es = SearchPipeline(model_cluster.backend(), encoder, fusion, dense_candidates=0)
-    es = es.search(query, 6, mode)
-    reference = SearchPipeline(InMemoryBackend(), encoder, fusion).search(query, 6, mode)
+    es = es.search(query, 6, mode, with_text=False)
+    reference = SearchPipeline(InMemoryBackend(), encoder, fusion)
+    reference = reference.search(query, 6, mode, with_text=False)
     assert [r.id for r in es] == [r.id for r in reference]
     for got, want in zip(es, reference, strict=True):
         assert got.bm25 == want.bm25
@@ -807,7 +808,7 @@ def test_hybrid_with_the_dense_stage_adds_a_knn_search_and_scores_what_it_found(
 
     model_cluster.on("POST", "/qres-questions/_search", search)
     pipeline = SearchPipeline(model_cluster.backend(), TableEncoder({"usb": 0}), Fusion(0.4, 0.6))
-    pipeline.search("usb boot", 3, "hybrid")
+    pipeline.search("usb boot", 3, "hybrid", with_text=False)  # the ranking requests alone
     searches = model_cluster.sent("POST", "/qres-questions/_search")
     assert [("knn" in r.body, "script_fields" in r.body) for r in searches] == [
         (False, True),
