@@ -1,0 +1,40 @@
+"""`qres serve`'s safety options: open writes only on loopback, what start-up says."""
+
+from __future__ import annotations
+
+import pytest
+
+from qres.service.app import ServiceConfig, check_open_writes, startup_notes
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "forum.example.org", "::"])
+def test_open_writes_is_refused_off_loopback(run, host):
+    result = run("serve", "--open-writes", "--host", host)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: --open-writes lets anyone who reaches {host}")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_open_writes_is_allowed_on_loopback(host):
+    check_open_writes(host)  # no error
+
+
+def test_a_question_url_needs_the_id_placeholder(run):
+    result = run("serve", "--question-url", "https://forum.example.org/q/")
+    assert result.exit_code == 2 and "{id}" in result.output
+
+
+def test_start_up_says_who_may_write_and_what_is_logged(monkeypatch):
+    config = ServiceConfig(index_dir="ix")
+    monkeypatch.delenv("QRES_API_KEY", raising=False)
+    writes, logged = startup_notes(config, access_log=True)
+    assert writes.startswith("writes are off") and "QRES_API_KEY" in writes
+    assert "query texts included" in logged and "--no-access-log" in logged
+    config.open_writes = True
+    assert startup_notes(config, access_log=False) == [
+        "writes are open to anyone who can reach this address (--open-writes)",
+        "the access log is off: query texts are not logged",
+    ]
+    monkeypatch.setenv("QRES_API_KEY", "k")
+    assert startup_notes(config, access_log=True)[0].startswith("writes need the API key")
