@@ -1,0 +1,236 @@
+"""The index directory: what it holds, its metadata, its writer's lock and the leftovers of
+interrupted jobs.
+
+Layout of an index directory::
+
+    tantivy/        the BM25 index (see :mod:`qres.backends.embedded.documents`)
+    vectors.f16     (or .f32) row ``slot`` holds the vector of the document with that slot
+    vectors-FP.f16  the same rows for each further model (FP: its fingerprint's first 16 hex
+                    digits), written only in indexes of several models (format 3)
+    meta.json       index metadata: format, analyzer, title boost, model fingerprint, vector dims
+                    (``more_models``: the further models' fingerprints, dims and directories)
+    writer.lock     held (flock) by the one process that may write the index
+
+A rebuild or compaction works in ``NAME.rebuild`` beside the index (and ``NAME.old`` for a
+moment during the swap). A process killed mid-job leaves that work directory behind: readers
+never touch it (:meth:`WriterLock.leftovers` reports it), and the next process that takes the
+writer lock removes it, saying so in one warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+import tantivy
+
+from qres.backends.base import BackendError, IndexFormatError
+from qres.backends.embedded.documents import ANALYZERS, schema
+
+# The name the warnings have always been logged under (``qres serve`` shows it).
+log = logging.getLogger("qres.backends.embedded")
+
+LOCK_FILE = "writer.lock"
+META_KEYS = ("analyzer", "title_boost", "vector_dtype")
+# What an index directory may hold; a directory with anything else is never deleted or
+# replaced by a rebuild (it is somebody's data, not an index).
+_INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
+_MORE_VECTORS = re.compile(r"vectors-[0-9a-f]{16}\.f(16|32)")  # further models' vector files
+# The on-disk layouts this code reads and writes. 1: title/body also indexed as one raw term;
+# 2: one model; 3: several models (``more_models``), which an older qres must not open.
+FORMAT = 2
+FORMATS = (2, 3)
+WORK_DIRS = (".rebuild", ".old")  # what a rebuild or compaction writes beside NAME
+REMOVED_BY = "the next write to the index (qres index, qres compact, a served write)"
+
+
+def sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def identity_of(path: Path) -> tuple[int, int] | None:
+    """Which directory ``path`` names now (a rebuild swaps in a new one); None if none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_replaceable(path: Path) -> None:
+    """Refuse to delete or replace ``path`` unless it is missing, empty or a qres index."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise BackendError(f"{path} is a file, not a qres index directory")
+    foreign = sorted(
+        n for n in set(os.listdir(path)) - _INDEX_ENTRIES if not _MORE_VECTORS.fullmatch(n)
+    )
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+        raise BackendError(
+            f"{path} is not a qres index (it holds {shown}): refusing to replace it; "
+            "pick a new or empty directory with --index-dir"
+        )
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def complete_interrupted_swap(live: Path) -> None:
+    """A crash between the two renames of a swap leaves NAME.old and a finished NAME.rebuild
+    but no NAME: finish the swap."""
+    old, staging = sibling(live, ".old"), sibling(live, ".rebuild")
+    if live.exists() or not old.exists() or not (staging / "meta.json").exists():
+        return
+    with contextlib.suppress(OSError):  # read-only, or another process just finished it
+        os.replace(staging, live)
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def read_meta(meta_path: Path) -> dict:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BackendError(f"{meta_path}: unreadable index metadata ({err})") from None
+    missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise BackendError(
+            f"{meta_path}: not qres index metadata (no {', '.join(missing)}): "
+            "rebuild the index with `qres index CORPUS --rebuild`"
+        )
+    if meta["vector_dtype"] not in ("float16", "float32"):
+        raise BackendError(f"{meta_path}: unknown vector_dtype {meta['vector_dtype']!r}")
+    if meta.get("format") not in FORMATS:
+        raise IndexFormatError(
+            f"{meta_path.parent} was written by another qres version (index format "
+            f"{meta.get('format')}, this qres reads {' and '.join(map(str, FORMATS))}): "
+            "re-index with `qres index CORPUS --rebuild`"
+        )
+    return meta
+
+
+def init_dir(path: Path, settings: dict) -> None:
+    """Make ``path`` an empty index (``settings``: analyzer, title_boost, vector_dtype, and
+    ``meta``, further metadata to record)."""
+    analyzer = settings.get("analyzer", "english")
+    if analyzer not in ANALYZERS:
+        raise BackendError(f"unknown analyzer {analyzer!r} (one of {', '.join(ANALYZERS)})")
+    dtype = settings.get("vector_dtype", "float16")
+    if dtype not in ("float16", "float32"):
+        raise BackendError(f"unknown vector_dtype {dtype!r} (float16 or float32)")
+    check_replaceable(path)
+    # tantivy first, meta.json last: meta.json is what makes a directory an index.
+    shutil.rmtree(path / "tantivy", ignore_errors=True)
+    (path / "tantivy").mkdir(parents=True)
+    tantivy.Index(schema(), path=str(path / "tantivy"), reuse=False)
+    meta = {
+        "format": FORMAT,
+        "analyzer": analyzer,
+        "title_boost": float(settings.get("title_boost", 2.0)),
+        "vector_dtype": dtype,
+    }
+    meta.update(settings.get("meta", {}))
+    write_json(path / "meta.json", meta)
+
+
+def write_json(path: Path, value: dict) -> None:
+    tmp = sibling(path, ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(value, indent=2, sort_keys=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _size_text(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+class WriterLock:
+    """The writer's lock of :class:`~qres.backends.embedded.EmbeddedBackend` (mixed into it):
+    one process at a time writes an index, and that process clears the leftovers of
+    interrupted jobs first."""
+
+    def _take_lock(self) -> None:
+        if self._lock is not None:
+            return
+        try:
+            self.live_path.mkdir(parents=True, exist_ok=True)
+            lock = open(self.live_path / LOCK_FILE, "a")  # noqa: SIM115 - held while writing
+        except OSError as err:
+            raise BackendError(f"{self.live_path} cannot be written ({err.strerror})") from None
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            raise BackendError(
+                f"{self.live_path} is being written by another qres process: wait for it to end"
+            ) from None
+        self._lock = lock
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Delete what an interrupted rebuild or compaction left beside the index. Only the
+        writer-lock holder calls this, so no running job's work directory is ever touched."""
+        for found in self.leftovers():
+            work = Path(found["path"])
+            try:
+                check_replaceable(work)  # never somebody's own directory that merely looks alike
+            except BackendError as err:
+                log.warning("left %s alone: %s", work, err)
+                continue
+            shutil.rmtree(work, ignore_errors=True)
+            log.warning(
+                "removed %s (%s), left behind by an interrupted rebuild or compaction",
+                work,
+                _size_text(found["bytes"]),
+            )
+
+    def leftovers(self) -> list[dict]:
+        """Work directories of an interrupted rebuild or compaction beside the index (never
+        this object's own rebuild), each ``{"path", "bytes", "removed_by"}``."""
+        found = []
+        for suffix in WORK_DIRS:
+            work = sibling(self.live_path, suffix)
+            if work.is_dir() and not (self._rebuilding and work == self.path):
+                found.append(
+                    {"path": str(work), "bytes": _tree_bytes(work), "removed_by": REMOVED_BY}
+                )
+        return found
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def acquire_write_lock(self) -> None:
+        """Become the index's one writer (or fail at once) and re-read what another writer
+        may have changed before we got here."""
+        if self._lock is not None:
+            return
+        self._take_lock()
+        if self._replaced():
+            self._meta = read_meta(self.path / "meta.json")
+            self._load_engine()
+        else:
+            self._meta = read_meta(self.path / "meta.json")

@@ -1,0 +1,229 @@
+"""The memory-mapped vector files: appending rows, reading them, and exact nearest search.
+
+Vectors are only ever appended, whole rows at a time: an upsert writes its rows at the end of
+the vector file and records the new slot in the document. A torn last row (a crash or a full
+disk in the middle of a write) is cut off before the next append, so it can never shift later
+rows. With several models every vector file gets its row at the same slot; before an append
+the files are cut (or padded with zero rows) to the longest one's whole rows, so a crash
+between the files' writes never misaligns them. ``commit`` flushes the vector files before
+committing tantivy, so a crash at any point
+leaves committed documents pointing at vectors that exist; rows written after the last commit
+are unreferenced and harmless ("dead" rows, like those of replaced or deleted documents).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import tantivy
+
+from qres.backends.base import BackendError, Hit
+
+_SCORE_ROWS = 16_384  # vector rows converted to float32 at a time for nearest()
+
+
+class VectorFiles:
+    """The vector files of :class:`~qres.backends.embedded.EmbeddedBackend` (mixed into it):
+    one per model, row ``slot`` of each holding the vector of the document with that slot."""
+
+    def vector_models(self) -> list[str | None]:
+        """The fingerprints of the models whose vectors the index holds, in file order (the
+        first one's file is ``vectors.f16``; None: vectors of an unrecorded model)."""
+        more = [m["model_fingerprint"] for m in self._meta.get("more_models", [])]
+        first = self._meta.get("model_fingerprint")
+        return [first, *more] if first or more or self._meta.get("vector_dim") else []
+
+    def _vector_file(self, model: int) -> Path:
+        if model == 0:
+            return self._vector_path
+        fingerprint = self._meta["more_models"][model - 1]["model_fingerprint"]
+        return self.path / f"vectors-{fingerprint[:16]}{self._vector_path.suffix}"
+
+    def _dim(self, model: int) -> int | None:
+        if model == 0:
+            return self._meta.get("vector_dim")
+        return int(self._meta["more_models"][model - 1]["vector_dim"])
+
+    def _model_number(self, fingerprint: str) -> int:
+        models = self.vector_models()
+        if fingerprint not in models:
+            held = ", ".join(m[:12] for m in models if m) or "none"
+            raise BackendError(
+                f"this index holds no vectors of model {fingerprint[:12]} (it holds {held}): "
+                "add it with `qres index CORPUS --model ... --model MODEL_DIR`"
+            )
+        return models.index(fingerprint)
+
+    def _row_bytes(self, model: int = 0) -> int:
+        return int(self._dim(model)) * self._dtype.itemsize
+
+    def _append_vectors(self, vectors: list[np.ndarray]) -> int:
+        """Write whole rows at the end of the vector files (one array per model, in file
+        order) at the same slot; returns the first row's slot."""
+        models = range(len(vectors))
+        end = None  # known once every file is open: nothing is cut before that
+        path = self._vector_path
+        try:
+            sizes = {}
+            for m in models:
+                path = self._vector_file(m)
+                if m not in self._vector_fds:
+                    self._vector_fds[m] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                sizes[m] = os.fstat(self._vector_fds[m]).st_size
+            # A torn row, left as is, would shift every row after it; a file shorter than
+            # another (a crash between their writes) would misalign them: cut or pad every
+            # file to the most whole rows any holds (rows past the last commit are dead).
+            end = max(sizes[m] // self._row_bytes(m) for m in models)
+            for m in models:
+                path = self._vector_file(m)
+                if sizes[m] != end * self._row_bytes(m):
+                    os.ftruncate(self._vector_fds[m], end * self._row_bytes(m))
+            for m in models:
+                path = self._vector_file(m)
+                data = memoryview(np.ascontiguousarray(vectors[m], dtype=self._dtype).tobytes())
+                offset = end * self._row_bytes(m)
+                while data:
+                    written = os.pwrite(self._vector_fds[m], data, offset)
+                    data, offset = data[written:], offset + written
+        except OSError as err:
+            for m, fd in self._vector_fds.items():
+                if end is not None:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, end * self._row_bytes(m))
+            raise BackendError(
+                f"{path}: cannot write vectors ({err.strerror}); "
+                "everything committed before this point is kept"
+            ) from None
+        return end
+
+    def _rows_per_model(self, vectors) -> list[np.ndarray]:
+        """``vectors`` (an array: the index's one model; or ``{fingerprint: array}``, one
+        entry per model of the index) as one array per vector file."""
+        models = self.vector_models() or [None]
+        if isinstance(vectors, dict) and models == [None] and len(vectors) == 1:
+            vectors = next(iter(vectors.values()))  # a model the index has not recorded
+        if not isinstance(vectors, dict):
+            if len(models) > 1:
+                raise BackendError(
+                    f"this index holds vectors of {len(models)} models: give each one's "
+                    "(pass every --model the index was built with)"
+                )
+            return [np.asarray(vectors)]
+        missing = [m for m in models if m not in vectors]
+        if missing:
+            raise BackendError(
+                f"this index also holds vectors of model {(missing[0] or '?')[:12]}: pass its "
+                "--model too (every model the index holds gets a vector per question)"
+            )
+        unknown = [fp for fp in vectors if fp not in models]
+        if unknown:
+            self._model_number(unknown[0])  # raises, naming it
+        return [np.asarray(vectors[m]) for m in models]
+
+    def _vector_rows(self, needed: int, model: int = 0) -> np.ndarray:
+        store = self._vectors.get(model)
+        if store is None or len(store) < needed:
+            path = self._vector_file(model)
+            size = path.stat().st_size if path.exists() else 0
+            rows = size // self._row_bytes(model)
+            dim = int(self._dim(model))
+            store = (
+                np.memmap(path, self._dtype, "r", shape=(rows, dim))
+                if rows
+                else np.zeros((0, dim), self._dtype)
+            )
+            self._vectors = {**self._vectors, model: store}  # replaced, never changed in place
+        return store
+
+    def vectors(
+        self, ids: Sequence[str], model: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`Backend.vectors`; ``model``: the fingerprint of the model whose vectors
+        to read, in an index of several (default: the first)."""
+        return self._consistent(lambda: self._read_vectors(ids, model))
+
+    def _read_vectors(self, ids: Sequence[str], model: str | None) -> tuple[np.ndarray, np.ndarray]:
+        number = 0 if model is None else self._model_number(model)
+        unknown = [q for q in ids if q not in self._slot_of]
+        if unknown:
+            docs = self._docs(unknown)
+            self._slot_of.update({q: doc["slot"][0] for q, doc in docs.items()})
+        return self._vectors_at([self._slot_of.get(q, -1) for q in ids], number)
+
+    def _vectors_at(self, slots: Sequence[int], model: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``slots`` of a model's vector file (slot -1: none) and the mask of those
+        present."""
+        dim = self._dim(model)
+        if dim is None:
+            return np.zeros((len(slots), 0), np.float32), np.zeros(len(slots), bool)
+        slots = np.asarray(slots, np.int64)
+        store = self._vector_rows(int(slots.max(initial=-1)) + 1, model)
+        have = (slots >= 0) & (slots < len(store))
+        out = np.zeros((len(slots), dim), np.float32)
+        out[have] = store[slots[have]]
+        return out, have
+
+    supports_nearest = True
+
+    def nearest(self, query_vector: np.ndarray, k: int, model: str | None = None) -> list[Hit]:
+        """Exact search: the cosine of every stored row (a float32 copy of the memory-mapped
+        vectors, 4 bytes x dims per row), of which only the rows live documents point to
+        are ranked."""
+        return self._consistent(lambda: self._nearest(query_vector, k, model))
+
+    def _nearest(self, query_vector, k: int, model: str | None) -> list[Hit]:
+        number = 0 if model is None else self._model_number(model)
+        if k <= 0 or self._dim(number) is None:
+            return []
+        searcher = self._index.searcher()
+        with_vector = tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+        )
+        live = searcher.search(with_vector, max(searcher.num_docs, 1), count=False).hits
+        if not live:
+            return []
+        addresses = [address for _, address in live]
+        slots = np.asarray(searcher.fast_field_values("slot", addresses), np.int64)
+        store = self._float_rows(int(slots.max()) + 1, number)
+        # einsum: numpy's own single-threaded loop, as fast here as BLAS's matrix-vector
+        # product, which on a busy machine loses ~10 ms a query waiting for its threads
+        cosine = np.einsum("ij,j->i", store, np.asarray(query_vector, np.float32))
+        held = slots < len(store)
+        slots, addresses = slots[held], [a for a, h in zip(addresses, held, strict=True) if h]
+        scores = cosine[slots]
+        k = min(k, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.lexsort((slots[top], -scores[top]))]  # best first; ties: oldest row first
+        return [Hit(searcher.doc(addresses[i])["id"][0], float(scores[i])) for i in top]
+
+    def _float_rows(self, needed: int, model: int) -> np.ndarray:
+        """The model's vector rows as float32 in memory (numpy converts float16 slowly, and
+        every nearest() reads every row), extended by the rows appended since."""
+        store = self._vector_rows(needed, model)
+        done = self._float_vectors.get(model, np.zeros((0, store.shape[1]), np.float32))
+        if len(done) < len(store):
+            blocks = [done] + [
+                np.asarray(store[start : start + _SCORE_ROWS], np.float32)
+                for start in range(len(done), len(store), _SCORE_ROWS)
+            ]
+            done = np.concatenate(blocks)
+            self._float_vectors = {**self._float_vectors, model: done}
+        return done
+
+    def storage(self) -> dict:
+        """Vector rows on disk, and how many of them no document uses any more."""
+        self._follow_swaps()
+        dim = self._meta.get("vector_dim")
+        if dim is None:
+            return {"vector_rows": 0, "dead_vector_rows": 0}
+        size = self._vector_path.stat().st_size if self._vector_path.exists() else 0
+        rows = size // self._row_bytes()
+        with_vector = tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+        )
+        used = self._index.searcher().search(with_vector, 1, count=True).count
+        return {"vector_rows": rows, "dead_vector_rows": max(rows - used, 0)}
