@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -84,3 +85,73 @@ def test_killed_writer_keeps_committed_questions_and_rerun_completes(tmp_path):
     vectors, has = b.vectors([q.id for q in qs])
     assert has.all() and np.allclose(vectors, 0.5)
     b.close()
+
+
+def test_nearest_stays_exact_through_every_kind_of_write(tmp_path):
+    """nearest() lists the live rows once per index state (cached, keyed by the live slots'
+    count, sum and maximum): after adds, replacements, deletions, questions without vectors
+    and a compaction it still equals the exact top k over the live questions, in the writing
+    backend and in a reader of the same directory that stays open throughout."""
+    rng = np.random.default_rng(5)
+    dim, live, next_id = 8, {}, [0]
+
+    def unit(n):
+        v = rng.normal(size=(n, dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    def add(backend, ids, vectors=True):
+        questions = [Question(i, f"question {i}", "body") for i in ids]
+        if vectors:
+            rows = unit(len(ids))
+            backend.upsert(questions, rows)
+            live.update(zip(ids, rows, strict=True))
+        else:
+            backend.upsert(questions)
+            for i in ids:
+                live.pop(i, None)
+
+    def fresh(n):
+        next_id[0] += n
+        return [f"q{i}" for i in range(next_id[0] - n, next_id[0])]
+
+    def exact(query, k=10):
+        ids = list(live)
+        scores = np.array([live[i] for i in ids]) @ query
+        order = sorted(range(len(ids)), key=lambda j: -scores[j])[:k]
+        return [ids[j] for j in order]
+
+    def nearest_ids(backend, query):
+        # float16 storage: compare ids, not scores (the random scores are far from ties)
+        return [h.id for h in backend.nearest(query, 10)]
+
+    writer = EmbeddedBackend(tmp_path / "ix", create=True)
+    add(writer, fresh(40))
+    writer.commit()
+    reader = EmbeddedBackend(tmp_path / "ix")
+    query = unit(1)[0]
+    assert nearest_ids(reader, query) == nearest_ids(writer, query) == exact(query)
+    best = exact(query)
+    writes = [
+        lambda: add(writer, fresh(5)),  # new rows
+        lambda: add(writer, best[:3]),  # replaced: their old rows dead, new ones appended
+        lambda: (writer.delete(best[3:5]), [live.pop(i) for i in best[3:5]]),
+        # one deleted and one added without a vector: the count stays the same
+        lambda: (
+            writer.delete([exact(query)[0]]),
+            live.pop(exact(query)[0]),
+            add(writer, fresh(1), vectors=False),
+        ),
+        lambda: writer.compact(),  # rows renumbered
+        lambda: add(writer, fresh(2)),
+    ]
+    for step, write in enumerate(writes):
+        write()
+        writer.commit()
+        want = exact(query)
+        assert nearest_ids(writer, query) == want, f"writer after write {step}"
+        deadline = time.monotonic() + 10  # a reader sees a commit after a short delay
+        while nearest_ids(reader, query) != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert nearest_ids(reader, query) == want, f"reader after write {step}"
+    reader.close()
+    writer.close()

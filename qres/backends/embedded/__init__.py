@@ -96,6 +96,9 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         # nearest()'s float32 copies of the vector files (rows are only ever appended, so a
         # copy grows by the new rows; dropped with the memory maps)
         self._float_vectors: dict[int, np.ndarray] = {}
+        # nearest()'s live rows (keyed by what tells they changed) and the id at each row
+        self._live_slots: tuple[tuple, np.ndarray] | None = None
+        self._id_at_slot: dict[int, str] = {}
         self._slot_of: dict[str, int] = {}
         self._reloading = threading.Lock()
         self._generation = 0
@@ -150,6 +153,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._generation += 1  # odd while the objects are being replaced (a seqlock)
         self._schema, self._index = index.schema, index
         self._vectors, self._slot_of = {}, {}
+        # the swapped-in index numbers its rows anew: nothing read from the old rows holds
+        self._float_vectors, self._live_slots, self._id_at_slot = {}, None, {}
         self._identity = identity
         self._generation += 1
         if old_view is not None:
@@ -366,6 +371,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._vector_fds = {}
         self._vectors = {}
         self._float_vectors = {}
+        self._live_slots = None
+        self._id_at_slot = {}
         self._slot_of.clear()
         self._index = None
         if self._view is not None:

@@ -179,26 +179,49 @@ class VectorFiles:
         number = 0 if model is None else self._model_number(model)
         if k <= 0 or self._dim(number) is None:
             return []
-        searcher = self._index.searcher()
-        with_vector = tantivy.Query.range_query(
-            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
-        )
-        live = searcher.search(with_vector, max(searcher.num_docs, 1), count=False).hits
-        if not live:
+        slots = self._live_rows(self._index.searcher())
+        if not len(slots):
             return []
-        addresses = [address for _, address in live]
-        slots = np.asarray(searcher.fast_field_values("slot", addresses), np.int64)
-        store = self._float_rows(int(slots.max()) + 1, number)
+        store = self._float_rows(int(slots[-1]) + 1, number)
+        slots = slots[slots < len(store)]
         # einsum: numpy's own single-threaded loop, as fast here as BLAS's matrix-vector
         # product, which on a busy machine loses ~10 ms a query waiting for its threads
         cosine = np.einsum("ij,j->i", store, np.asarray(query_vector, np.float32))
-        held = slots < len(store)
-        slots, addresses = slots[held], [a for a, h in zip(addresses, held, strict=True) if h]
         scores = cosine[slots]
         k = min(k, len(scores))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.lexsort((slots[top], -scores[top]))]  # best first; ties: oldest row first
-        return [Hit(searcher.doc(addresses[i])["id"][0], float(scores[i])) for i in top]
+        return [Hit(self._id_at_slot[int(slots[i])], float(scores[i])) for i in top]
+
+    def _live_rows(self, searcher) -> np.ndarray:
+        """The rows live documents point to, ascending, listed again only when they changed.
+
+        Listing them takes ~25 ms at 100,000 questions; the count, sum and maximum of the
+        live slots, which tantivy aggregates in ~0.3 ms, tell whether they changed: rows are
+        only appended, so any new or replaced vector raises the maximum and any deletion
+        lowers the count. A row keeps its question until a rebuild or compaction renumbers
+        the rows, and those reopen the index, which drops this cache (``_close_files``), so
+        the ids of rows already seen are never read again."""
+        with_vector = tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+        )
+        stats = searcher.aggregate(with_vector, {"slots": {"stats": {"field": "slot"}}})["slots"]
+        state = (stats["count"], stats["sum"], stats["max"])
+        cached = self._live_slots
+        if cached is not None and cached[0] == state:
+            return cached[1]
+        if not stats["count"]:
+            slots = np.zeros(0, np.int64)
+        else:
+            hits = searcher.search(with_vector, searcher.num_docs, count=False).hits
+            addresses = [address for _, address in hits]
+            found = searcher.fast_field_values("slot", addresses)
+            for slot, address in zip(found, addresses, strict=True):
+                if slot not in self._id_at_slot:
+                    self._id_at_slot[slot] = searcher.doc(address)["id"][0]
+            slots = np.sort(np.asarray(found, np.int64))
+        self._live_slots = (state, slots)
+        return slots
 
     def _float_rows(self, needed: int, model: int) -> np.ndarray:
         """The model's vector rows as float32 in memory (numpy converts float16 slowly, and
