@@ -286,6 +286,7 @@ HELD = [  # (question, model A's vector) as the cluster holds them
     (QUESTIONS[1], [0.0, 1.0, 0.0, 0.0]),
     (QUESTIONS[2], [0.0, 0.0, 1.0, 0.0]),
 ]
+HELD_EXTRAS = {"u2": {"answer_count": 2, "score": 5}}  # what a forum showed beside u2
 
 
 def paged_search(request: Request):
@@ -300,6 +301,9 @@ def paged_search(request: Request):
         }
         for q, v in rows
     ]
+    for hit in hits:
+        if hit["_id"] in HELD_EXTRAS:
+            hit["_source"]["extras"] = HELD_EXTRAS[hit["_id"]]
     return 200, {"hits": {"hits": hits}}
 
 
@@ -332,7 +336,7 @@ def test_adding_a_model_reindexes_the_questions_held_whole_then_records_it(one_m
         "query": {"bool": {"filter": [{"exists": {"field": "vector"}}]}},
         "sort": [{"id": "asc"}],
         "size": 500,
-        "_source": ["title", "body", "tags", "vector"],
+        "_source": ["title", "body", "tags", "extras", "vector"],
         "track_total_hits": False,
     }
     sent = [pair for bulk in c.sent("PUT", "/_bulk") for pair in bulk_lines(bulk)]
@@ -341,6 +345,7 @@ def test_adding_a_model_reindexes_the_questions_held_whole_then_records_it(one_m
         assert source["title_terms"] == " ".join(bm25_terms(question.title))  # kept, not lost
         assert source["body_terms"] == " ".join(bm25_terms(question.body))
         assert source["tags"] == list(question.tags)
+        assert source.get("extras") == HELD_EXTRAS.get(question.id)  # kept, not lost
         assert source["vector"] == vector  # copied, not recomputed
         assert source[FIELD_B] == encode_b([question])[FP_B][0].tolist()
     # the model is recorded last, once every vector is written and refreshed

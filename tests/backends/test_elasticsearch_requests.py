@@ -139,7 +139,7 @@ def es_error(status: int, kind: str, reason: str) -> dict:
     return {"error": {"root_cause": [error], **error}, "status": status}
 
 
-def mapping(physical="qres-questions-v1", dims=None, meta=None) -> dict:
+def mapping(physical="qres-questions-v1", dims=None, meta=None, extras=True) -> dict:
     properties = {
         "id": {"type": "keyword"},
         "title": {"type": "text", "index": False},
@@ -148,6 +148,8 @@ def mapping(physical="qres-questions-v1", dims=None, meta=None) -> dict:
         "body_terms": {"type": "text", "analyzer": "qres_terms"},
         "tags": {"type": "keyword"},
     }
+    if extras:  # an index made before the template had it has no extras field
+        properties["extras"] = {"type": "object", "enabled": False}
     if dims:
         properties["vector"] = {"type": "dense_vector", "dims": dims}
     meta = {"format": 2, "analyzer": "english", "title_boost": 2.0, **(meta or {})}
@@ -225,6 +227,7 @@ def test_create_sends_the_template_settings_mappings_and_alias():
         "title_terms": {"type": "text", "analyzer": "qres_terms", "similarity": "qres_bm25"},
         "body_terms": {"type": "text", "analyzer": "qres_terms", "similarity": "qres_bm25"},
         "tags": {"type": "keyword"},
+        "extras": {"type": "object", "enabled": False},  # kept in _source, never indexed
     }
     assert mappings["_meta"] == {
         "format": 2,
@@ -324,6 +327,55 @@ def test_upsert_sends_bulk_index_actions_with_sources(cluster):
             },
         ),
     ]
+    backend.close()
+
+
+EXTRAS = {"score": 12, "answer_count": 3, "accepted_answer_id": "7"}
+
+
+def test_extras_are_sent_in_the_source_of_questions_that_have_them(cluster):
+    backend = cluster.backend()
+    backend.upsert([Question("x1", "Visa on arrival", "at the airport", (), EXTRAS), QUESTIONS[0]])
+    (bulk,) = cluster.sent("PUT", "/_bulk")
+    (_, first), (_, second) = bulk_lines(bulk)
+    assert first["extras"] == EXTRAS
+    assert "extras" not in second  # none: the document has no extras field
+    assert cluster.sent("PUT", "/qres-questions/_mapping") == []  # the mapping has the field
+    backend.close()
+
+
+def old_index_cluster() -> FakeCluster:
+    """An index made before the template had the extras field (dynamic: strict refuses an
+    unmapped field, so a write with extras must map it first)."""
+    c = FakeCluster()
+    c.on("GET", "/qres-questions/_mapping", mapping(extras=False))
+    c.on("PUT", "/qres-questions/_mapping", {"acknowledged": True})
+    c.on("PUT", "/_bulk", bulk_ok)
+    return c
+
+
+def test_an_index_without_the_extras_field_gets_it_mapped_by_the_first_write_with_extras():
+    c = old_index_cluster()
+    backend = c.backend()
+    backend.upsert(QUESTIONS[:2])  # no extras: nothing to map
+    assert c.sent("PUT", "/qres-questions/_mapping") == []
+    backend.upsert([Question("x1", "Visa on arrival", "at the airport", (), EXTRAS)])
+    (put,) = c.sent("PUT", "/qres-questions/_mapping")
+    assert put.body == {"properties": {"extras": {"type": "object", "enabled": False}}}
+    order = [(r.method, r.path) for r in c.requests]
+    assert order.index(("PUT", "/qres-questions/_mapping")) < len(order) - 1  # before the bulk
+    assert order[-1] == ("PUT", "/_bulk")
+    backend.upsert([Question("x2", "Visa", "again", (), EXTRAS)])  # mapped now: no new PUT
+    assert len(c.sent("PUT", "/qres-questions/_mapping")) == 1
+    backend.close()
+
+
+def test_an_index_without_the_extras_field_is_read_with_empty_extras():
+    c = old_index_cluster()
+    c.on("POST", "/qres-questions/_mget", mget_answer)
+    backend = c.backend()
+    got = backend.fetch(["u1"])
+    assert got["u1"].extras == {} and got["u1"].title == "title u1"
     backend.close()
 
 
@@ -843,6 +895,8 @@ def mget_answer(request):
             source = {"vector": vector} if vector else {}
             if request.params["_source_includes"] != "vector":
                 source = {"title": f"title {qid}", "body": "body", "tags": ["a", "b"]}
+                if qid.startswith("x"):  # written with extras
+                    source["extras"] = {"answer_count": 2, "closed_date": "2013-05-01"}
             docs.append({"_id": qid, "found": True, "_source": source})
     return 200, {"docs": docs}
 
@@ -871,10 +925,15 @@ def test_vectors_without_a_vector_field_send_nothing(cluster):
 def test_fetch_asks_for_stored_fields_only(cluster):
     cluster.on("POST", "/qres-questions/_mget", mget_answer)
     backend = cluster.backend()
-    got = backend.fetch(["u1", "nope"])
+    got = backend.fetch(["u1", "nope", "x1"])
     (request,) = cluster.sent("POST", "/qres-questions/_mget")
-    assert request.params == {"_source_includes": "title,body,tags", "realtime": "false"}
-    assert got == {"u1": Question("u1", "title u1", "body", ("a", "b"))}
+    assert request.params == {"_source_includes": "title,body,tags,extras", "realtime": "false"}
+    assert got == {
+        "u1": Question("u1", "title u1", "body", ("a", "b")),
+        "x1": Question("x1", "title x1", "body", ("a", "b")),
+    }
+    assert got["u1"].extras == {}
+    assert got["x1"].extras == {"answer_count": 2, "closed_date": "2013-05-01"}
     backend.close()
 
 

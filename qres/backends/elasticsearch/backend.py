@@ -7,11 +7,13 @@ Index layout (``es_config/`` holds the JSON the index is made from)::
                              the alias in one ``_aliases`` call, then deletes v<N>
 
 Documents hold ``id``, ``title``, ``body``, their BM25 terms (``title_terms``, ``body_terms``:
-:func:`qres.text.bm25_terms`, split back by a whitespace analyzer), ``tags`` and, once a model
-is used, ``vector`` (``dense_vector``, cosine, indexed for kNN); an index of several models
-has one more field per further model, ``vector_<first 16 hex of its fingerprint>``. The
-mapping's ``_meta`` is the index metadata (analyzer, title boost, model fingerprints, vector
-dims; ``more_models`` as in the embedded backend).
+:func:`qres.text.bm25_terms`, split back by a whitespace analyzer), ``tags``, ``extras`` (what a
+forum shows beside a question: an object kept in ``_source``, neither indexed nor ranked on;
+an index made before it had the field gets it mapped by the first write that has extras)
+and, once a model is used, ``vector`` (``dense_vector``, cosine, indexed for kNN); an index of
+several models has one more field per further model, ``vector_<first 16 hex of its
+fingerprint>``. The mapping's ``_meta`` is the index metadata (analyzer, title boost, model
+fingerprints, vector dims; ``more_models`` as in the embedded backend).
 
 The index refreshes only on :meth:`EsBackend.commit` (``refresh_interval: -1``) and reads use
 ``realtime=false``, so, as with the embedded backend, nothing written is visible to searches
@@ -47,8 +49,10 @@ from qres.backends.elasticsearch.errors import (
 )
 from qres.backends.elasticsearch.requests import (
     NEWEST_FORMAT,
+    STORED_FIELDS,
     VECTOR_FIELD,
     IndexSettings,
+    extras_mapping,
     load_es_config,
     search_log_document,
     terms_fields,
@@ -107,6 +111,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
         self._physical: str | None = None
         self._rebuilding: str | None = None
         self._dims: dict[str, int] = {}  # vector field -> dimensions, as the mapping says
+        self._has_extras = False  # whether the mapping has the extras field
         self._server: tuple[int, int] | None = None  # (major, minor), asked once
         self._meta: dict = {}  # the mapping's _meta, as last read or written here
         self._title_boost = self.settings.title_boost
@@ -165,6 +170,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
                 "`qres --backend elasticsearch index --rebuild CORPUS`"
             )
         self._physical = physical
+        self._has_extras = "extras" in properties
         self._dims = {
             name: int(field["dims"])
             for name, field in properties.items()
@@ -243,6 +249,8 @@ class EsBackend(VersionedAlias, Searching, Backend):
                     **terms_fields(question.title, question.body, self._analyzer),
                     "tags": list(question.tags),
                 }
+                if question.extras:
+                    source["extras"] = dict(question.extras)
                 for field, rows in blocks.items():
                     source[field] = rows[i].tolist()
                 yield {
@@ -252,6 +260,9 @@ class EsBackend(VersionedAlias, Searching, Backend):
                     "_source": source,
                 }
 
+        if not self._has_extras and any(q.extras for q in questions):
+            self._client.indices.put_mapping(index=self._target, properties=extras_mapping())
+            self._has_extras = True
         self._bulk(actions(), len(questions), done)
 
     def _vector_blocks(self, vectors, n: int) -> dict[str, np.ndarray]:
@@ -344,7 +355,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
                 sort=[{"id": "asc"}],
                 search_after=after,
                 size=self.bulk_docs,
-                source=["title", "body", "tags", *fields.values()],
+                source=[*STORED_FIELDS, *fields.values()],
                 track_total_hits=False,
             )["hits"]["hits"]
             if not page:
@@ -430,7 +441,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
 
     @_guarded
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
-        sources = self._sources(ids, ["title", "body", "tags"])
+        sources = self._sources(ids, STORED_FIELDS)
         return {qid: _question(qid, source) for qid, source in sources.items()}
 
     @_guarded
@@ -544,7 +555,9 @@ class EsBackend(VersionedAlias, Searching, Backend):
 def _question(qid: str, source: dict) -> Question:
     tags = source.get("tags") or ()
     tags = (tags,) if isinstance(tags, str) else tuple(tags)
-    return Question(qid, source.get("title", ""), source.get("body", ""), tags)
+    extras = source.get("extras")
+    extras = extras if isinstance(extras, dict) else {}  # absent: written without any
+    return Question(qid, source.get("title", ""), source.get("body", ""), tags, extras)
 
 
 def _bulk_reason(info: dict) -> str:

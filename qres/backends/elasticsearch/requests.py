@@ -23,6 +23,7 @@ RESCORE_SCRIPT = (
     "doc['vector'].size() == 0 ? 0.0 : cosineSimilarity(params.query_vector, 'vector') + 1.0"
 )
 VECTOR_FIELD = "vector"  # the first model's vectors; a further model's: vector_<fingerprint16>
+STORED_FIELDS = ["title", "body", "tags", "extras"]  # what fetch() reads from _source
 
 
 def cosine_source(field: str = VECTOR_FIELD) -> str:
@@ -120,6 +121,13 @@ class IndexSettings:
             meta["vector_dim"] = self.vector_dims
         mappings["_meta"] = meta
         return settings, mappings
+
+
+def extras_mapping() -> dict:
+    """The ``extras`` field of es_config/questions-template.json, for an index made before the
+    template had it (``{"extras": {...}}``, as ``put_mapping`` takes new properties)."""
+    properties = load_es_config("questions-template.json")["template"]["mappings"]["properties"]
+    return {"extras": properties["extras"]}
 
 
 def terms_of(text: str, analyzer: str = "english") -> list[str]:
