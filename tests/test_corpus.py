@@ -124,6 +124,39 @@ def test_jsonl_tags_as_list_or_string(tmp_path):
     ]
 
 
+def test_tsv_display_columns_fill_extras(tmp_path):
+    path = write(
+        tmp_path / "c.tsv",
+        "id\ttitle\tbody\tanswer_count\tscore\taccepted_answer_id\tviews\n"
+        "q1\tGrub fails\tIt stops.\t3\t-2\t17\t99\n"
+        "q2\tNo answers yet\tBody\t0\t\t\t\n"
+        "q3\tNothing known\tBody\t\t\t\t\n",
+    )
+    got = list(read_corpus(path, fmt="tsv"))
+    # a column of another name ("views") is not a display field: TSV has no place to say so
+    assert got[0].extras == {"answer_count": 3, "score": -2, "accepted_answer_id": "17"}
+    assert got[1].extras == {"answer_count": 0}
+    assert got[2].extras == {}
+
+
+def test_jsonl_display_keys_and_extras_object_fill_extras(tmp_path):
+    records = [
+        {"id": "a", "title": "T", "answer_count": 2, "score": 5, "accepted_answer_id": 9},
+        {"id": "b", "title": "T", "extras": {"views": 120, "site": "travel", "gone": None}},
+        {"id": "c", "title": "T", "extras": {"answer_count": 1}, "answer_count": 4},
+        {"id": "d", "title": "T", "answer_count": None, "extras": None},
+    ]
+    path = write(tmp_path / "c.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    got = [q.extras for q in read_corpus(path)]
+    assert got == [
+        {"answer_count": 2, "score": 5, "accepted_answer_id": "9"},  # an id is kept as text
+        {"views": 120, "site": "travel"},
+        {"answer_count": 4},  # the top-level key wins
+        {},
+    ]
+    assert isinstance(got[0]["answer_count"], int)
+
+
 def test_jsonl_gzipped(tmp_path):
     path = write_gz(tmp_path / "c.jsonl.gz", '{"id": "a", "title": "T", "body": "B"}\n')
     assert list(read_corpus(path)) == [Question("a", "T", "B")]
@@ -235,6 +268,18 @@ def test_detect_format(tmp_path, name, content, fmt):
         ("c.jsonl", '{"id": "1", "title": ["t"]}\n', 1, "must be strings"),
         ("c.jsonl", '{"id": "1", "title": "t", "tags": 5}\n', 1, "tags must be a list"),
         ("c.jsonl", '{"id": " ", "title": "t"}\n', 1, "empty id"),
+        ("c.jsonl", '{"id": "1", "title": "t", "answer_count": "many"}\n', 1, "not a whole"),
+        ("c.jsonl", '{"id": "1", "title": "t", "answer_count": 2.5}\n', 1, "whole number"),
+        ("c.jsonl", '{"id": "1", "title": "t", "score": true}\n', 1, "'score' must be"),
+        ("c.jsonl", '{"id": "1", "title": "t", "extras": [1]}\n', 1, "must be an object"),
+        ("c.jsonl", '{"id": "1", "title": "t", "extras": {"a": {}}}\n', 1, "'a' must be"),
+        (
+            "c.jsonl",
+            json.dumps({"id": "1", "title": "t", "extras": {f"k{i}": i for i in range(21)}}),
+            1,
+            "more than 20 extras",
+        ),
+        ("c.tsv", "id\ttitle\tbody\tscore\n1\tt\tb\t2\n2\tt\tb\tx\n", 3, "'score': 'x'"),
         ("c.txt", "1\tt\tb\n2\t  \t \n", 2, "empty title and body"),
         ("c.jsonl", '{"id": "x", "title": "", "body": " "}\n', 1, "empty title and body"),
         ("c.xml", '<?xml version="1.0"?>\n<xml>\n<OrgQuestion>\n</xml>\n', 4, "malformed XML"),

@@ -4,9 +4,10 @@ Formats, chosen by ``fmt`` or detected from the file name and first line:
 
 * ``askubuntu`` — ``id<TAB>title<TAB>body``, no header (``text_tokenized.txt.gz``);
 * ``tsv`` — a header row naming ``id``, ``title``, ``body`` and optionally ``tags``
-  (comma-separated);
+  (comma-separated) and the display fields of :data:`KNOWN_EXTRAS` (``answer_count``, ...);
 * ``jsonl`` — one object a line with ``id``, ``title``, ``body`` and optional ``tags``
-  (a list or a comma-separated string);
+  (a list or a comma-separated string), the keys of :data:`KNOWN_EXTRAS` and ``extras``
+  (an object of further display fields);
 * ``semeval-xml`` — SemEval-2016/2017 Task 3 XML: every related question (``RelQuestion``);
 * ``semeval-csv`` — the SemEval-2016 subtask B train-part-1 CSV: every ``question2``;
 * ``stackexchange`` — a StackExchange data dump's ``Posts.xml``: every question, its HTML
@@ -44,6 +45,13 @@ from qres.corpus import stackexchange
 # cannot blow up memory or the index.
 MAX_FIELD_CHARS = 20_000
 csv.field_size_limit(2**31 - 1)  # long fields are cut by _clean, not refused by the csv module
+
+# What a forum shows beside a question, stored but never ranked on (``Question.extras``): the
+# keys a StackExchange dump gives, and their kinds. A TSV column or JSONL key of one of these
+# names fills it; JSONL's ``extras`` object may add others (integer or string values).
+KNOWN_EXTRAS = dict(stackexchange.EXTRAS.values())
+MAX_EXTRAS = 20  # display fields per question
+MAX_EXTRA_KEY_CHARS = 64
 
 FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv", "stackexchange")
 
@@ -197,6 +205,35 @@ def _clean(q: Question, stats: ReadStats) -> Question:
     return Question(q.id, title, body, tags, q.extras)
 
 
+def extras_of(values: Mapping) -> dict[str, int | str]:
+    """``values`` checked as a question's extras: string keys; integer or string values (the
+    integer fields of :data:`KNOWN_EXTRAS` integers, a digit string taken as one; its string
+    fields strings, an integer taken as its digits); None and "" left out. Raises ValueError
+    naming the bad field."""
+    extras: dict[str, int | str] = {}
+    for key, value in values.items():
+        if value is None or value == "":
+            continue
+        if not isinstance(key, str) or not key or len(key) > MAX_EXTRA_KEY_CHARS:
+            raise ValueError(
+                f"extras key {str(key)[:80]!r} must be 1-{MAX_EXTRA_KEY_CHARS} characters"
+            )
+        kind = KNOWN_EXTRAS.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"{key!r} must be a whole number or a string, not {value!r:.80}")
+        if kind is int and isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ValueError(f"{key!r}: {value!r:.80} is not a whole number") from None
+        elif kind is str and isinstance(value, int):
+            value = str(value)
+        extras[key] = _clean_text(value)[:MAX_FIELD_CHARS] if isinstance(value, str) else value
+    if len(extras) > MAX_EXTRAS:
+        raise ValueError(f"more than {MAX_EXTRAS} extras")
+    return extras
+
+
 def _clean_text(text: str) -> str:
     if text.isprintable():  # the common case, checked at C speed
         return text
@@ -241,6 +278,7 @@ def _read_tsv(path: Path):
         where = {
             name: columns.index(name) for name in ("id", "title", "body", "tags") if name in columns
         }
+        extra_columns = {name: columns.index(name) for name in KNOWN_EXTRAS if name in columns}
         for n, line in lines:
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -251,15 +289,12 @@ def _read_tsv(path: Path):
                 continue
             try:
                 tags = _split_tags(parts[where["tags"]]) if "tags" in where else ()
+                extras = extras_of({k: parts[i].strip() for k, i in extra_columns.items()})
             except ValueError as err:
                 yield n, str(err)
                 continue
-            yield (
-                n,
-                Question(
-                    parts[where["id"]].strip(), parts[where["title"]], parts[where["body"]], tags
-                ),
-            )
+            qid, title, body = (parts[where[k]] for k in ("id", "title", "body"))
+            yield n, Question(qid.strip(), title, body, tags, extras)
 
 
 _JSON_TYPES = {
@@ -303,10 +338,14 @@ def _read_jsonl(path: Path):
                 continue
             try:
                 tags = _split_tags(obj.get("tags"))
+                extras = {} if obj.get("extras") is None else obj["extras"]
+                if not isinstance(extras, dict):
+                    raise ValueError("'extras' must be an object")
+                extras = extras_of({**extras, **{k: obj[k] for k in KNOWN_EXTRAS if k in obj}})
             except ValueError as err:
                 yield n, str(err)
                 continue
-            yield n, Question(str(qid).strip(), title, body, tags)
+            yield n, Question(str(qid).strip(), title, body, tags, extras)
 
 
 def _read_semeval_xml(path: Path):
