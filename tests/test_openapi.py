@@ -46,6 +46,7 @@ def call_all(app, requests: list[tuple]) -> list[httpx.Response]:
 
 
 AUTH = {"headers": {"X-API-Key": KEY}}
+COUNTED = {"answer_count": 2, "closed_date": "2013-05-01"}  # display fields, stored
 LINES = b'{"id": "b1", "title": "axolotl wifi", "tags": ["wifi"]}\n{"id": "b2", "title": "t"}\n'
 # (method, path, request, expected status): every route, and every error each can give
 REQUESTS = [
@@ -63,6 +64,11 @@ REQUESTS = [
     ("PUT", "/questions/n1", {"json": {"title": "gecko firmware"}, **AUTH}, 200),
     ("PUT", "/questions/n1", {"json": {"title": "gecko firmware"}}, 401),
     ("PUT", "/questions/n1", {"json": {"title": 3}, **AUTH}, 400),
+    ("PUT", "/questions/n2", {"json": {"title": "okapi", "extras": COUNTED}, **AUTH}, 200),
+    ("GET", "/questions/n2", {}, 200),
+    ("GET", "/search", {"params": {"q": "okapi"}}, 200),  # an answer_count, an extra
+    ("PUT", "/questions/n1", {"json": {"title": "t", "extras": {"score": "high"}}, **AUTH}, 400),
+    ("DELETE", "/questions/n2", AUTH, 200),
     ("POST", "/questions", {"content": LINES, **AUTH}, 200),
     ("POST", "/questions", {"content": b"{oops\n", **AUTH}, 400),
     ("POST", "/questions", {"content": LINES, "headers": {"X-API-Key": "wrong"}}, 401),

@@ -133,3 +133,4 @@ def test_explain_at_80_columns_wraps_titles_between_words_and_names_the_model(ru
     assert as_json["models"] == ["gru"]
     assert all(set(r["cosines"]) == {"gru"} for r in as_json["results"])
     assert all(r["title"] and r["snippet"] for r in as_json["results"])
+    assert all(r["answer_count"] is None and r["extras"] == {} for r in as_json["results"])

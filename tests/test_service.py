@@ -50,8 +50,10 @@ def test_search_finds_the_duplicate_with_titles_and_latency(client):
     assert [h["rank"] for h in body["results"]] == [1, 2, 3]
     top = body["results"][0]
     assert top["id"] == "d128" and top["title"] == "How do I boot Ubuntu from a USB stick?"
-    assert set(top) == {"rank", "id", "title", "score", "tags", "snippet"}  # no explain: no signals
+    shown = {"rank", "id", "title", "score", "tags", "snippet", "answer_count", "extras"}
+    assert set(top) == shown  # no explain: no signals
     assert top["tags"] and top["snippet"]
+    assert top["answer_count"] is None and top["extras"] == {}  # the demo forum has no counts
 
 
 def test_explain_gives_each_signal_and_modes_differ(client):

@@ -195,6 +195,10 @@ class Backend(ABC):
 
     several_models: bool = False  # whether it stores a vector per model (upsert's dicts)
 
+    # Whether upsert keeps Question.extras, for fetch to return (an embedded index made
+    # before qres stored them cannot: it drops them, saying so once).
+    stores_extras: bool = True
+
     def add_models(self, models: Sequence[dict], encode: Callable) -> int:
         """Give every question that has vectors the vectors of further ``models``
         ({model_fingerprint, vector_dim, model_dir} each): ``encode(questions)`` returns

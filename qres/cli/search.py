@@ -140,6 +140,7 @@ def _json_result(rank: int, r, signals: list[str]) -> dict:
     each = r.cosines if len(signals) > 1 else (r.cosine,)
     out["cosines"] = {s: (None if each is None else each[j]) for j, s in enumerate(signals)}
     out.update(title=r.title, tags=list(r.tags), snippet=r.snippet)
+    out.update(answer_count=r.answer_count, extras=dict(r.extras))
     return out
 
 

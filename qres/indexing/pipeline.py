@@ -308,15 +308,19 @@ class _Stopped(Exception):
 
 
 def _changed(backend: Backend, questions: list[Question], report: IndexReport) -> list:
-    """The questions not already stored exactly so (title, body and tags)."""
+    """The questions not already stored exactly so (title, body, tags and, where the index
+    stores them, extras)."""
     stored = backend.fetch([q.id for q in questions])
-    changed = [q for q in questions if _shown(stored.get(q.id)) != _shown(q)]
+    extras = backend.stores_extras
+    changed = [q for q in questions if _shown(stored.get(q.id), extras) != _shown(q, extras)]
     report.unchanged += len(questions) - len(changed)
     return changed
 
 
-def _shown(q: Question | None):
-    return None if q is None else (q.title, q.body, tuple(q.tags))
+def _shown(q: Question | None, extras: bool):
+    if q is None:
+        return None
+    return (q.title, q.body, tuple(q.tags), dict(q.extras) if extras else None)
 
 
 def _encoders(encoder) -> list:

@@ -31,7 +31,7 @@ BM25 with every cosine. Dense mode ranks by the mean of the cosines.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -60,6 +60,15 @@ class Result:
     title: str = field(default="", compare=False)
     tags: tuple[str, ...] = field(default=(), compare=False)
     snippet: str = field(default="", compare=False)  # the body's first words, whole words
+    answer_count: int | None = field(default=None, compare=False)  # None: not known
+    # Every stored display field (a dump's score, answer count, accepted answer, closed date).
+    extras: Mapping[str, int | str] = field(default_factory=dict, compare=False)
+
+
+def answer_count(extras: Mapping) -> int | None:
+    """The question's answer count where its extras hold a whole number, else None."""
+    count = extras.get("answer_count")
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def snippet(body: str, limit: int = SNIPPET_CHARS) -> str:
@@ -274,8 +283,9 @@ class SearchPipeline:
     ) -> list[Result]:
         """Top ``k`` for ``text`` in ``mode`` (default :attr:`mode`); ``query_vector``
         replaces encoding ``text`` (evaluation encodes a whole question, title and body).
-        Each result carries its question's title, tags and a snippet of its body, read from
-        the index for these k only (``with_text=False``: ranking alone, as evaluation does)."""
+        Each result carries its question's title, tags, a snippet of its body, its answer
+        count and other extras where stored, read from the index for these k only
+        (``with_text=False``: ranking alone, as evaluation does)."""
         results = self._rank(text, k, mode, only_ids, query_vector)
         if not with_text or not results:
             return results
@@ -284,7 +294,14 @@ class SearchPipeline:
         for r in results:
             q = stored.get(r.id)
             if q is not None:
-                r = replace(r, title=q.title, tags=tuple(q.tags), snippet=snippet(q.body))
+                r = replace(
+                    r,
+                    title=q.title,
+                    tags=tuple(q.tags),
+                    snippet=snippet(q.body),
+                    answer_count=answer_count(q.extras),
+                    extras=dict(q.extras),
+                )
             shown.append(r)
         return shown
 

@@ -45,13 +45,13 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from qres.backends import open_backend
 from qres.backends.base import BackendError
-from qres.corpus.readers import MAX_FIELD_CHARS, Question
+from qres.corpus.readers import MAX_FIELD_CHARS, Question, extras_of
 from qres.encoders.model_set import model_set_of
 from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
 from qres.ranking.search import MODES, SearchPipeline, model_labels, search_log_record
@@ -95,11 +95,21 @@ class ApiError(HTTPException):
 # -- request and response bodies -------------------------------------------------------------
 
 
+def _extras(value):
+    """A question's extras checked as the corpus readers check them (an object's only)."""
+    return extras_of(value) if isinstance(value, dict) else value
+
+
 class QuestionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(max_length=MAX_FIELD_CHARS)
     body: str = Field(default="", max_length=MAX_FIELD_CHARS)
     tags: list[str] = Field(default_factory=list, max_length=100)
+    extras: Annotated[dict[str, int | str], BeforeValidator(_extras)] = Field(
+        default_factory=dict,
+        description="What the forum shows beside the question, stored, never searched: "
+        "answer_count, score (whole numbers), accepted_answer_id, closed_date, or others.",
+    )
 
 
 class QuestionLine(QuestionIn):
@@ -126,6 +136,13 @@ class HitOut(BaseModel):
     score: float = Field(description="The ranking score (fused in hybrid mode).")
     tags: list[str]
     snippet: str = Field(description="The question's body, its first words.")
+    answer_count: int | None = Field(
+        description="How many answers the question has, where the index holds it (null: not known)."
+    )
+    extras: dict[str, int | str] = Field(
+        description="What the forum shows beside the question, as indexed (a StackExchange "
+        "dump's score, answer_count, accepted_answer_id, closed_date); empty if none."
+    )
     url: str | None = Field(
         default=None, description="The question's page (with `qres serve --question-url`)."
     )
@@ -151,6 +168,7 @@ class QuestionOut(BaseModel):
     title: str
     body: str
     tags: list[str]
+    extras: dict[str, int | str] = Field(description="Stored display fields; empty if none.")
 
 
 class WrittenOut(BaseModel):
@@ -313,6 +331,7 @@ class Service:
     def _hit(self, rank: int, r, explain: bool) -> dict:
         hit = {"rank": rank, "id": r.id, "title": r.title, "score": round(r.score, 6)}
         hit.update(tags=list(r.tags), snippet=r.snippet)
+        hit.update(answer_count=r.answer_count, extras=dict(r.extras))
         if self.config.question_url:
             hit["url"] = self.config.question_url.replace("{id}", quote(r.id, safe=""))
         if explain:
@@ -542,7 +561,13 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         found = service.backend.fetch([_check_id(qid)]).get(qid)
         if found is None:
             raise ApiError(404, f"no question with id {qid!r}.")
-        return {"id": found.id, "title": found.title, "body": found.body, "tags": found.tags}
+        return {
+            "id": found.id,
+            "title": found.title,
+            "body": found.body,
+            "tags": found.tags,
+            "extras": dict(found.extras),
+        }
 
     @app.put(
         "/questions/{qid}",
@@ -557,7 +582,15 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         if not (question.title.strip() or question.body.strip()):
             raise ApiError(400, "the question has an empty title and body.")
         await service.upsert(
-            [Question(_check_id(qid), question.title, question.body, tuple(question.tags))]
+            [
+                Question(
+                    _check_id(qid),
+                    question.title,
+                    question.body,
+                    tuple(question.tags),
+                    question.extras,
+                )
+            ]
         )
         return {"id": qid, "committed": True}
 
@@ -569,7 +602,8 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         responses=_ok(BatchOut, *WRITE_ERRORS),
     )
     async def post_questions(request: Request):
-        """Add or replace a batch: one JSON object {"id", "title", "body", "tags"} per line."""
+        """Add or replace a batch: one JSON object {"id", "title", "body", "tags", "extras"}
+        per line."""
         questions = _read_lines(await request.body(), config.max_batch)
         await service.upsert(questions)
         return {"upserted": len(questions), "committed": True}
@@ -733,7 +767,7 @@ def _read_lines(raw: bytes, max_questions: int) -> list[Question]:
             raise ApiError(400, f"line {n}: {err.detail}") from None
         if not (item.title.strip() or item.body.strip()):
             raise ApiError(400, f"line {n}: question {item.id!r} has an empty title and body.")
-        questions[item.id] = Question(item.id, item.title, item.body, tuple(item.tags))
+        questions[item.id] = Question(item.id, item.title, item.body, tuple(item.tags), item.extras)
         if len(questions) > max_questions:
             raise ApiError(413, f"more than {max_questions} questions in one request.")
     if not questions:

@@ -106,6 +106,27 @@ class BackendContract:
         assert got["u1"] == QUESTIONS[0]
         assert got["u2"].tags == ("wifi",)
 
+    def test_extras_are_stored_and_fetched_never_searched(self, backend):
+        extras = {
+            "score": 12,
+            "answer_count": 3,
+            "accepted_answer_id": "7",
+            "closed_date": "2013-05-01T10:00:00.000",
+        }
+        visa = Question(
+            "x1", "Visa on arrival in Qatar", "Can I get one at the airport?", (), extras
+        )
+        self.fill(backend, [visa, *QUESTIONS])
+        got = backend.fetch(["x1", "u1"])
+        assert got["x1"].extras == extras
+        assert isinstance(got["x1"].extras["answer_count"], int)
+        assert got["u1"].extras == {}  # written without any
+        for text in ("answer_count", "accepted", "2013", "12"):
+            assert backend.search(text, 5) == [], text  # stored, not indexed
+        assert [h.id for h in backend.search("visa qatar", 5)] == ["x1"]
+        self.fill(backend, [Question("x1", visa.title, visa.body, (), {"answer_count": 4})])
+        assert backend.fetch(["x1"])["x1"].extras == {"answer_count": 4}  # replaced whole
+
     @pytest.mark.parametrize(
         "text",
         [
