@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -22,10 +23,13 @@ DEMO = ROOT / "qres" / "data" / "demo" / "questions.tsv"
 MODEL = ROOT / "qres" / "models" / "default"
 
 
-def build_demo_index(index_dir: Path) -> Path:
-    """The demo forum with the shipped model's vectors (what the README's first command makes)."""
+def build_demo_index(index_dir: Path, extras: dict[str, dict] | None = None) -> Path:
+    """The demo forum with the shipped model's vectors (what the README's first command makes);
+    ``extras``: {id: display fields} given to those questions (the demo corpus has none)."""
+    extras = extras or {}
+    questions = (replace(q, extras=extras.get(q.id, q.extras)) for q in read_corpus(DEMO))
     with EmbeddedBackend(index_dir, create=True) as backend:
-        index_questions(backend, read_corpus(DEMO), encoder=Encoder.load(MODEL))
+        index_questions(backend, questions, encoder=Encoder.load(MODEL))
     return index_dir
 
 

@@ -13,6 +13,8 @@ from tests.serving import ROOT, Server, build_demo_index
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 # The README's picture; rewritten only on request (QRES_UPDATE_SCREENSHOT=1 pytest ...).
 README_SCREENSHOT = ROOT / "docs" / "widget.png"
+# Answer counts given to three of the USB-boot questions (the demo corpus has none).
+ANSWERS = {"d128": {"answer_count": 3}, "d158": {"answer_count": 1}, "d172": {"answer_count": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    index = build_demo_index(tmp_path_factory.mktemp("widget") / "index")
+    index = build_demo_index(tmp_path_factory.mktemp("widget") / "index", extras=ANSWERS)
     log = tmp_path_factory.mktemp("widget-log") / "server.log"
     running = Server(index, log=log)
     # The forum's own question pages (here a path the service does not serve, as on a forum).
@@ -63,6 +65,15 @@ def options(browser):
     return browser.find_elements("css selector", ".qres-similar [role=option]")
 
 
+def title_of(option) -> str:
+    return option.find_element("css selector", "a").text
+
+
+def answers_of(option) -> str | None:
+    shown = option.find_elements("css selector", ".qres-answers")
+    return shown[0].text if shown else None
+
+
 def test_typing_a_title_lists_the_duplicate_and_keys_move_through_it(browser, server, tmp_path):
     from selenium.webdriver.common.keys import Keys
 
@@ -73,7 +84,16 @@ def test_typing_a_title_lists_the_duplicate_and_keys_move_through_it(browser, se
     title.send_keys("how do i boot from a usb stick")
     wait_for(browser, lambda: widget_state(browser) == "results")
     shown = options(browser)
-    assert "How do I boot Ubuntu from a USB stick?" in [o.text for o in shown]
+    assert "How do I boot Ubuntu from a USB stick?" in [title_of(o) for o in shown]
+    # the answer count beside the title where the index holds it, nothing where it does not
+    counts = {o.get_attribute("data-id"): answers_of(o) for o in shown}
+    assert counts["d128"] == "3 answers"
+    assert {counts.get("d158", "1 answer"), counts.get("d172", "0 answers")} == {
+        "1 answer",
+        "0 answers",
+    }
+    assert all(counts[qid] is None for qid in counts if qid not in ANSWERS)
+    assert len(counts) == 5 and len(ANSWERS.keys() & counts.keys()) < 5
     assert title.get_attribute("aria-expanded") == "true"
     listbox = browser.find_element("id", title.get_attribute("aria-controls"))
     assert listbox.get_attribute("role") == "listbox"
@@ -109,6 +129,26 @@ def test_a_click_on_a_suggestion_opens_the_operators_question_url(browser, serve
     assert link.startswith(f"{server.url}/forum/q/")
     first.click()
     wait_for(browser, lambda: browser.current_url == link)
+
+
+def test_choosing_a_suggestion_tells_the_page_its_id_and_title(browser, server):
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/")
+    browser.execute_script(
+        "document.getElementById('title').addEventListener('qres:select', function (e) {"
+        "  e.preventDefault(); window.chosen = e.detail; });"
+    )
+    title = browser.find_element("id", "title")
+    title.send_keys("how do i boot from a usb stick")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    first = options(browser)[0]
+    assert answers_of(first) == "3 answers"
+    title.send_keys(Keys.ARROW_DOWN, Keys.ENTER)
+    chosen = wait_for(browser, lambda: browser.execute_script("return window.chosen"))
+    # the title alone, never the answer count shown beside it
+    assert chosen == {"id": "d128", "title": "How do I boot Ubuntu from a USB stick?"}
+    assert browser.current_url == server.url + "/"  # the page prevented the default
 
 
 def test_the_api_docs_render_with_no_network(browser, server):

@@ -13,6 +13,7 @@
  *   data-qres-min-chars  fewest characters before searching [3]
  *   data-qres-debounce   milliseconds of quiet typing before searching [250]
  *   data-qres-timeout    milliseconds before a search counts as failed [4000]
+ * A question whose answer count the index holds shows it beside its title ("3 answers").
  * Choosing a question (click, or arrow keys then Enter) fires a bubbling "qres:select"
  * event on the input ({detail: {id, title}}), then follows its link unless the event's
  * default was prevented.
@@ -36,6 +37,7 @@
     ".qres-option:hover{background:#eaeef2}" +
     ".qres-option a{color:#0969da;text-decoration:none}" +
     ".qres-option.qres-active{background:#ddf4ff;box-shadow:inset 0 0 0 2px #0969da}" +
+    ".qres-answers{margin-left:.5em;color:#57606a;font-size:.85em;white-space:nowrap}" +
     ".qres-status{margin:.2rem 0 0;color:#57606a;font-size:.9em}" +
     ".qres-similar[data-state=error] .qres-status{color:#cf222e}";
 
@@ -129,7 +131,7 @@
       var event = new CustomEvent("qres:select", {
         bubbles: true,
         cancelable: true,
-        detail: { id: item.getAttribute("data-id"), title: item.textContent },
+        detail: { id: item.getAttribute("data-id"), title: item.getAttribute("data-title") },
       });
       var anchor = item.querySelector("a");
       if (input.dispatchEvent(event) && anchor) location.href = anchor.href;
@@ -138,19 +140,27 @@
     function render(results) {
       clear();
       results.forEach(function (result, i) {
+        var label = result.title || result.id;
         var item = element("li", "qres-option", {
           id: id + "-option-" + i,
           role: "option",
           "aria-selected": "false",
           "data-id": result.id,
+          "data-title": label,
         });
-        var label = result.title || result.id;
         if (link) {
           var anchor = element("a", "", { href: link.split("{id}").join(encodeURIComponent(result.id)), tabindex: "-1" });
           anchor.textContent = label;
           item.appendChild(anchor);
         } else {
           item.textContent = label;
+        }
+        var count = result.answer_count;
+        if (typeof count === "number" && isFinite(count) && count >= 0) {
+          var answers = element("span", "qres-answers");
+          answers.textContent = count === 1 ? "1 answer" : count + " answers";
+          item.appendChild(document.createTextNode(" ")); // read as "title, 3 answers"
+          item.appendChild(answers);
         }
         item.addEventListener("mousedown", function (event) {
           event.preventDefault(); // keep the focus in the input
