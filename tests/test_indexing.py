@@ -27,6 +27,19 @@ def test_reindexing_is_idempotent(tmp_path):
     b.close()
 
 
+def test_a_changed_answer_count_is_written_again(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    line = '{{"id": "q{}", "title": "title {}", "answer_count": {}}}\n'
+    corpus.write_text("".join(line.format(i, i, 1) for i in range(10)))
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    assert index_questions(b, read_corpus(corpus), skip_unchanged=True).indexed == 10
+    corpus.write_text("".join(line.format(i, i, 2 if i == 4 else 1) for i in range(10)))
+    report = index_questions(b, read_corpus(corpus), skip_unchanged=True)
+    assert (report.indexed, report.unchanged) == (1, 9)
+    assert b.fetch(["q4"])["q4"].extras == {"answer_count": 2}
+    b.close()
+
+
 def test_duplicate_ids_are_counted_and_the_last_wins(tmp_path):
     b = EmbeddedBackend(tmp_path / "ix", create=True)
     qs = [Question("a", "old", ""), Question("b", "x", ""), Question("a", "new", "")]

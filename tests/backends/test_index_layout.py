@@ -10,6 +10,7 @@ import tantivy
 from qres.backends.base import IndexFormatError
 from qres.backends.embedded import FORMAT, EmbeddedBackend
 from qres.corpus.readers import Question
+from qres.indexing.pipeline import index_questions
 
 QUESTION = Question("q1", "Booting Ubuntu from a USB stick", "Ünïcode body,\ntwo lines", ("usb",))
 
@@ -73,3 +74,59 @@ def test_an_evaluation_cache_of_an_old_format_is_rebuilt(run, tmp_path, monkeypa
     stale.close()
     with open_eval_index("embedded", "x") as fresh:
         assert fresh.metadata()["format"] == FORMAT and fresh.count() == 0
+
+
+def schema_before_extras() -> tantivy.Schema:
+    """The tantivy schema qres wrote before it stored extras (formats 2 and 3 alike)."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
+    for name in ("title", "body", "tags"):
+        builder.add_bytes_field(name, stored=True)
+    for name in ("title_terms", "body_terms"):
+        builder.add_text_field(name, index_option="freq", tokenizer_name="qres_terms")
+    builder.add_integer_field("slot", stored=True, fast=True)
+    return builder.build()
+
+
+COUNTED = Question("q2", "Visa on arrival", "at the airport", (), {"answer_count": 3})
+
+
+def test_an_index_made_before_extras_answers_with_none_and_a_rebuild_stores_them(
+    tmp_path, monkeypatch, caplog
+):
+    from qres.backends.embedded import directory
+
+    with monkeypatch.context() as old_qres:
+        old_qres.setattr(directory, "schema", schema_before_extras)
+        with EmbeddedBackend(tmp_path / "ix", create=True) as old:
+            old.upsert([QUESTION])
+            old.commit()
+    b = EmbeddedBackend(tmp_path / "ix")
+    assert not b.stores_extras
+    assert b.fetch(["q1"]) == {"q1": QUESTION} and b.fetch(["q1"])["q1"].extras == {}
+    assert [h.id for h in b.search("boot usb", 5)] == ["q1"]
+    b.upsert([COUNTED])  # written, its extras dropped, saying so once
+    b.upsert([COUNTED])
+    b.commit()
+    said = [r.getMessage() for r in caplog.records if "extras" in r.getMessage()]
+    assert len(said) == 1 and "--rebuild" in said[0]
+    assert b.fetch(["q2"])["q2"].extras == {} and b.count() == 2
+    # re-indexing does not write it again and again for extras this index cannot hold
+    assert index_questions(b, [COUNTED], skip_unchanged=True).unchanged == 1
+    b.begin_rebuild()
+    b.upsert([QUESTION, COUNTED])
+    b.finish_rebuild()
+    assert b.stores_extras and b.fetch(["q2"])["q2"].extras == {"answer_count": 3}
+    b.close()
+    assert EmbeddedBackend(tmp_path / "ix").fetch(["q2"])["q2"].extras == {"answer_count": 3}
+
+
+def test_compaction_keeps_extras(tmp_path):
+    b = EmbeddedBackend(tmp_path / "ix", create=True)
+    b.upsert([QUESTION, COUNTED])
+    b.upsert([COUNTED])  # a replaced document: compaction has something to reclaim
+    b.commit()
+    b.compact()
+    assert b.fetch(["q2"])["q2"].extras == {"answer_count": 3}
+    assert b.fetch(["q1"])["q1"].extras == {}
+    b.close()

@@ -43,10 +43,18 @@ from qres.backends.embedded.directory import (
     complete_interrupted_swap,
     identity_of,
     init_dir,
+    log,
     read_meta,
     write_json,
 )
-from qres.backends.embedded.documents import ANALYZERS, TERMS_ANALYZER, analyze, question_of
+from qres.backends.embedded.documents import (
+    ANALYZERS,
+    TERMS_ANALYZER,
+    analyze,
+    document,
+    fields_of,
+    question_of,
+)
 from qres.backends.embedded.rebuild import Rebuilds
 from qres.backends.embedded.vectors import VectorFiles
 from qres.corpus.readers import Question
@@ -100,6 +108,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._live_slots: tuple[tuple, np.ndarray] | None = None
         self._id_at_slot: dict[int, str] = {}
         self._slot_of: dict[str, int] = {}
+        self._dropped_extras = False  # whether upsert said it cannot store extras
         self._reloading = threading.Lock()
         self._generation = 0
         complete_interrupted_swap(self.live_path)
@@ -152,6 +161,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         )
         self._generation += 1  # odd while the objects are being replaced (a seqlock)
         self._schema, self._index = index.schema, index
+        self.stores_extras = "extras" in fields_of(engine)  # not in an index made before
         self._vectors, self._slot_of = {}, {}
         # the swapped-in index numbers its rows anew: nothing read from the old rows holds
         self._float_vectors, self._live_slots, self._id_at_slot = {}, None, {}
@@ -238,19 +248,16 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
             if len(questions):
                 first = self._append_vectors(rows)
                 slots = list(range(first, first + len(questions)))
-        for question, slot, (title_terms, body_terms) in zip(questions, slots, terms, strict=True):
-            writer.delete_documents_by_term("id", question.id)
-            writer.add_document(
-                tantivy.Document(
-                    id=question.id,
-                    title=question.title.encode(),
-                    body=question.body.encode(),
-                    tags=",".join(question.tags).encode(),
-                    title_terms=title_terms,
-                    body_terms=body_terms,
-                    slot=slot,
-                )
+        if not self.stores_extras and not self._dropped_extras and any(q.extras for q in questions):
+            self._dropped_extras = True
+            log.warning(
+                "%s was made before qres stored extras (answer counts, scores): they are not "
+                "stored; rebuild it (qres index CORPUS --rebuild) to store them",
+                self.path,
             )
+        for question, slot, pair in zip(questions, slots, terms, strict=True):
+            writer.delete_documents_by_term("id", question.id)
+            writer.add_document(document(question, pair, slot, self.stores_extras))
 
     def delete(self, ids: Sequence[str]) -> None:
         writer = self._get_writer()

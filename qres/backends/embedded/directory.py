@@ -44,6 +44,8 @@ _INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vecto
 _MORE_VECTORS = re.compile(r"vectors-[0-9a-f]{16}\.f(16|32)")  # further models' vector files
 # The on-disk layouts this code reads and writes. 1: title/body also indexed as one raw term;
 # 2: one model; 3: several models (``more_models``), which an older qres must not open.
+# The stored ``extras`` field came later without a new format: an older qres ignores it, and
+# an index without it opens and answers, with empty extras (documents.fields_of).
 FORMAT = 2
 FORMATS = (2, 3)
 WORK_DIRS = (".rebuild", ".old")  # what a rebuild or compaction writes beside NAME

@@ -3,7 +3,10 @@
 The text is stored once: title, body and tags as stored-only bytes, searched through the
 analysed terms of ``title_terms``/``body_terms`` (indexed, not stored). Only ``id`` is
 indexed as a whole (for replacing and restricting by id), and ``slot`` is a fast field, so
-the query path ranks without touching the document store.
+the query path ranks without touching the document store. ``extras`` (what a forum shows
+beside a question: answer count, score, ...) is a stored-only JSON object, in documents that
+have any; an index made before qres stored extras has no such field (tantivy cannot add one
+to an index): :func:`fields_of` tells, and such an index reads as having none.
 
 Text is analysed in Python by :func:`qres.text.bm25_terms` (the same function search uses)
 and handed to tantivy pre-split, so the engine never parses user text as query syntax.
@@ -11,10 +14,13 @@ and handed to tantivy pre-split, so the engine never parses user text as query s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import tantivy
 
+from qres.backends.base import BackendError
 from qres.corpus.readers import Question
 from qres.text import bm25_terms
 
@@ -31,7 +37,36 @@ def schema() -> tantivy.Schema:
     builder.add_text_field("title_terms", index_option="freq", tokenizer_name=TERMS_ANALYZER)
     builder.add_text_field("body_terms", index_option="freq", tokenizer_name=TERMS_ANALYZER)
     builder.add_integer_field("slot", stored=True, fast=True)
+    builder.add_bytes_field("extras", stored=True)  # a JSON object, UTF-8, stored only
     return builder.build()
+
+
+def fields_of(engine: Path) -> set[str]:
+    """The names of the fields of the tantivy index in ``engine`` (its meta.json's schema)."""
+    path = engine / "meta.json"
+    try:
+        return {field["name"] for field in json.loads(path.read_text())["schema"]}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise BackendError(f"{path}: unreadable tantivy metadata ({err})") from None
+
+
+def document(
+    question: Question, terms: tuple[str, str], slot: int, with_extras: bool
+) -> tantivy.Document:
+    """The tantivy document of ``question`` (``with_extras``: the index has the field)."""
+    fields = {
+        "id": question.id,
+        "title": question.title.encode(),
+        "body": question.body.encode(),
+        "tags": ",".join(question.tags).encode(),
+        "title_terms": terms[0],
+        "body_terms": terms[1],
+        "slot": slot,
+    }
+    if with_extras and question.extras:
+        extras = json.dumps(dict(question.extras), ensure_ascii=False, separators=(",", ":"))
+        fields["extras"] = extras.encode()
+    return tantivy.Document(**fields)
 
 
 def analyze(questions: Sequence[Question], analyzer: str | None) -> list[tuple[str, str]]:
@@ -43,6 +78,7 @@ def analyze(questions: Sequence[Question], analyzer: str | None) -> list[tuple[s
 
 
 def question_of(qid: str, doc: dict) -> Question:
-    """A question from its stored fields (title, body and tags are UTF-8 bytes)."""
+    """A question from its stored fields (title, body, tags and extras are UTF-8 bytes)."""
     tags = tuple(t for t in doc["tags"][0].decode().split(",") if t)
-    return Question(qid, doc["title"][0].decode(), doc["body"][0].decode(), tags)
+    extras = json.loads(doc["extras"][0]) if doc.get("extras") else {}
+    return Question(qid, doc["title"][0].decode(), doc["body"][0].decode(), tags, extras)
