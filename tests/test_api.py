@@ -70,6 +70,26 @@ def test_index_add_takes_questions_and_refuses_to_drop_vectors(tmp_path):
     assert hit.id == "q1" and hit.cosine is not None
 
 
+def test_results_carry_the_answer_count_as_qres_search_json_prints_it(run, tmp_path):
+    corpus = tmp_path / "forum.jsonl"
+    corpus.write_text(
+        '{"id": "a", "title": "boot from usb", "answer_count": 2, "score": 5}\n'
+        '{"id": "b", "title": "usb boot menu missing"}\n'
+    )
+    assert run("index", corpus).exit_code == 0
+    printed = json.loads(run("--json", "search", "usb boot").output)["results"]
+    assert {r["id"]: (r["answer_count"], r["extras"]) for r in printed} == {
+        "a": (2, {"answer_count": 2, "score": 5}),
+        "b": (None, {}),
+    }
+    with qres.SearchPipeline.open(tmp_path / "home" / "index") as pipeline:
+        results = {r.id: r for r in pipeline.search("usb boot", 5)}
+        ranked = pipeline.search("usb boot", 5, with_text=False)  # ranking alone: nothing read
+    assert results["a"].answer_count == 2 and results["a"].extras == {"answer_count": 2, "score": 5}
+    assert results["b"].answer_count is None and results["b"].extras == {}
+    assert all(r.answer_count is None and r.extras == {} for r in ranked)
+
+
 def test_import_qres_loads_nothing_heavy():
     code = (
         "import sys, qres; "

@@ -105,6 +105,9 @@ def test_every_answer_and_error_validates_against_the_spec(demo_index, monkeypat
             document = {**schema, "components": spec["components"]}
             errors = [e.message for e in Draft202012Validator(document).iter_errors(answer.json())]
             assert not errors, (method, path, status, errors)
+    okapi = REQUESTS.index(("GET", "/search", {"params": {"q": "okapi"}}, 200))
+    top = answers[okapi].json()["results"][0]  # the schema was checked on a count, not only null
+    assert (top["id"], top["answer_count"], top["extras"]) == ("n2", 2, COUNTED)
 
 
 def test_the_spec_declares_what_the_service_does(demo_index, monkeypatch):

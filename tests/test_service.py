@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -114,6 +115,20 @@ def test_a_query_without_searchable_words_has_no_results(client):
             "line 2: the line is not valid JSON",
         ),
         ("POST", "/questions", {"content": b"\n\n"}, 400, "no questions"),
+        (
+            "PUT",
+            "/questions/q1",
+            {"json": {"title": "t", "extras": {"answer_count": "lots"}}},
+            400,
+            "extras: value error, 'answer_count': 'lots' is not a whole number",
+        ),
+        (
+            "POST",
+            "/questions",
+            {"content": b'{"id": "a", "title": "t"}\n{"id": "b", "title": "t", "extras": 3}\n'},
+            400,
+            "line 2: extras: input should be an object",
+        ),
         ("POST", "/questions", {"content": b"x" * (4 * 1024 * 1024 + 1)}, 413, "larger than"),
         ("GET", "/nowhere", {}, 404, "no such endpoint"),
         ("PATCH", "/search", {}, 405, "not allowed"),
@@ -154,6 +169,26 @@ def test_put_is_searchable_when_acknowledged_then_delete_removes_it(client):
     assert answer.status_code == 200 and answer.json()["deleted"] is True
     assert "w1" not in search_ids(client, "quokka wallpaper")
     assert client.get("/questions/w1").status_code == 404
+
+
+def test_written_extras_come_back_with_searches_and_the_question(client):
+    extras = {"answer_count": 4, "score": 7, "closed_date": "2013-05-01T10:00:00.000"}
+    lines = b"\n".join(
+        [
+            b'{"id": "e1", "title": "pangolin keyboard layout", "extras": %s}'
+            % json.dumps(extras).encode(),
+            b'{"id": "e2", "title": "pangolin mouse layout"}',
+        ]
+    )
+    assert client.post("/questions", content=lines).status_code == 200
+    hits = client.get("/search", params={"q": "pangolin layout", "k": 2}).json()["results"]
+    shown = {h["id"]: (h["answer_count"], h["extras"]) for h in hits}
+    assert shown == {"e1": (4, extras), "e2": (None, {})}
+    assert client.get("/questions/e1").json()["extras"] == extras
+    client.put("/questions/e1", json={"title": "pangolin keyboard layout", "extras": {}})
+    assert client.get("/questions/e1").json()["extras"] == {}  # replaced whole
+    for qid in ("e1", "e2"):
+        client.delete(f"/questions/{qid}")
 
 
 def test_batch_of_json_lines(client):
