@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qres.service.app import ServiceConfig, check_open_writes, startup_notes
+from qres.service.config import ServiceConfig, check_open_writes, startup_notes
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "forum.example.org", "::"])

@@ -90,6 +90,7 @@ def test_log_queries_records_each_service_search(tmp_path, monkeypatch):
     import httpx
 
     from qres.service import app as service
+    from qres.service import state
     from tests.serving import build_demo_index
 
     logged = []
@@ -101,7 +102,7 @@ def test_log_queries_records_each_service_search(tmp_path, monkeypatch):
             logged.append(record)
 
     index = build_demo_index(tmp_path / "index")
-    monkeypatch.setattr(service, "open_backend", lambda _name, path: LoggingBackend(path))
+    monkeypatch.setattr(state, "open_backend", lambda _name, path: LoggingBackend(path))
     config = service.ServiceConfig(index_dir=str(index), log_queries=True)
     app = service.create_app(config)
 

@@ -123,14 +123,9 @@ def serve(
 
     import uvicorn
 
-    from qres.service.app import (
-        CONFIG_ENV,
-        Service,
-        ServiceConfig,
-        check_open_writes,
-        create_app,
-        startup_notes,
-    )
+    from qres.service.app import create_app
+    from qres.service.config import CONFIG_ENV, ServiceConfig, check_open_writes, startup_notes
+    from qres.service.state import Service
 
     if open_writes:
         check_open_writes(host)

@@ -1,0 +1,230 @@
+"""The service's request and response bodies, their OpenAPI descriptions, and how a body
+is read: a bad one is a 400 (:class:`ApiError`) whose one sentence says what is wrong."""
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException
+
+from qres.corpus.readers import MAX_FIELD_CHARS, Question, extras_of
+from qres.ranking.search import MODES
+
+MAX_ID_CHARS = 512
+
+
+class ApiError(HTTPException):
+    """A client's mistake: its status code and one sentence."""
+
+
+# -- request and response bodies -------------------------------------------------------------
+
+
+def _extras(value):
+    """A question's extras checked as the corpus readers check them (an object's only)."""
+    return extras_of(value) if isinstance(value, dict) else value
+
+
+class QuestionIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(max_length=MAX_FIELD_CHARS)
+    body: str = Field(default="", max_length=MAX_FIELD_CHARS)
+    tags: list[str] = Field(default_factory=list, max_length=100)
+    extras: Annotated[dict[str, int | str], BeforeValidator(_extras)] = Field(
+        default_factory=dict,
+        description="What the forum shows beside the question, stored, never searched: "
+        "answer_count, score (whole numbers), accepted_answer_id, closed_date, or others.",
+    )
+
+
+class QuestionLine(QuestionIn):
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+
+
+class SearchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(max_length=MAX_FIELD_CHARS, description="The question's title.")
+    body: str = Field(default="", max_length=MAX_FIELD_CHARS, description="Its text, if any.")
+    k: int = Field(default=10, ge=1)
+    mode: Literal[MODES] | None = None
+    explain: bool = False
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="One sentence saying what is wrong.")
+
+
+class HitOut(BaseModel):
+    rank: int
+    id: str
+    title: str
+    score: float = Field(description="The ranking score (fused in hybrid mode).")
+    tags: list[str]
+    snippet: str = Field(description="The question's body, its first words.")
+    answer_count: int | None = Field(
+        description="How many answers the question has, where the index holds it (null: not known)."
+    )
+    extras: dict[str, int | str] = Field(
+        description="What the forum shows beside the question, as indexed (a StackExchange "
+        "dump's score, answer_count, accepted_answer_id, closed_date); empty if none."
+    )
+    url: str | None = Field(
+        default=None, description="The question's page (with `qres serve --question-url`)."
+    )
+    bm25: float | None = Field(default=None, description="With explain: the BM25 score.")
+    cosine: float | None = Field(
+        default=None, description="With explain: the cosine (the mean over models, if several)."
+    )
+    cosines: dict[str, float | None] | None = Field(
+        default=None, description="With explain: each model's cosine, by model name."
+    )
+
+
+class SearchOut(BaseModel):
+    query: str
+    mode: Literal[MODES]
+    k: int
+    latency_ms: float
+    results: list[HitOut]
+
+
+class QuestionOut(BaseModel):
+    id: str
+    title: str
+    body: str
+    tags: list[str]
+    extras: dict[str, int | str] = Field(description="Stored display fields; empty if none.")
+
+
+class WrittenOut(BaseModel):
+    id: str
+    committed: bool
+
+
+class BatchOut(BaseModel):
+    upserted: int
+    committed: bool
+
+
+class DeletedOut(BaseModel):
+    id: str
+    deleted: bool
+    committed: bool
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+
+
+class ModelOut(BaseModel):
+    name: str
+    fingerprint: str
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready"]
+    backend: str
+    questions: int
+    models: list[ModelOut] = Field(description="Every model of the index, in fusion order.")
+    model_set: str | None = Field(description="The model set the models make, if any.")
+    default_mode: Literal[MODES]
+    writes: bool = Field(description="Whether this server takes writes.")
+
+
+def error_responses(*codes: int) -> dict:
+    """OpenAPI ``responses`` for the errors a route can answer, all ``{"error": ...}``."""
+    said = {
+        400: "A bad request (one sentence says what).",
+        401: "A missing or wrong API key.",
+        403: "Writes are off: the server was started without QRES_API_KEY.",
+        404: "No question with that id.",
+        413: "The body or batch is too large.",
+        500: "An unexpected failure (details in the server's log).",
+        503: "The index cannot be reached, or this server takes no writes.",
+    }
+    return {code: {"model": ErrorOut, "description": said[code]} for code in (*codes, 500)}
+
+
+def answers(model: type[BaseModel], *errors: int) -> dict:
+    """OpenAPI ``responses``: ``model`` for 200, ``{"error": ...}`` for each error code."""
+    return {200: {"model": model}, **error_responses(*errors)}
+
+
+def json_lines_body() -> dict:
+    """OpenAPI for POST /questions: JSON lines, each a question with its id."""
+    line = QuestionLine.model_json_schema()
+    return {
+        "requestBody": {
+            "required": True,
+            "description": "One JSON object a line, each as the schema says (JSON lines).",
+            "content": {
+                "application/x-ndjson": {"schema": {"type": "string"}, "example": EXAMPLE_LINES},
+                "application/json": {"schema": line},
+            },
+        }
+    }
+
+
+EXAMPLE_LINES = (
+    '{"id": "q43", "title": "Wifi drops every hour", "tags": ["wifi"]}\n'
+    '{"id": "q44", "title": "No sound over HDMI"}\n'
+)
+
+
+def json_body(model: type[BaseModel]) -> dict:
+    """OpenAPI for a JSON body the endpoint parses itself (whatever its Content-Type)."""
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def one_sentence(errors: list[dict], what: str = "the request body") -> str:
+    """The first validation problem as one sentence, e.g. "k: input should be ... 100."."""
+    first = errors[0]
+    where = ".".join(
+        str(part) for part in first.get("loc", ()) if part not in ("query", "body", "path")
+    )
+    kind, message = first.get("type"), first.get("msg", "invalid value")
+    if kind == "json_invalid":
+        return f"{what} is not valid JSON."
+    if kind in ("model_type", "model_attributes_type", "dict_type") and not where:
+        return f"{what} must be a JSON object."
+    if kind == "missing":
+        return f"{where or what} is required."
+    return f"{where or what}: {message[0].lower() + message[1:]}."
+
+
+def parse_body(model: type[BaseModel], raw: bytes | str, what: str = "the request body"):
+    """``raw`` JSON as ``model``, or a 400 saying what is wrong with it."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as err:
+        raise ApiError(400, one_sentence(err.errors(), what)) from None
+
+
+def check_id(qid: str) -> str:
+    if not qid.strip() or len(qid) > MAX_ID_CHARS:
+        raise ApiError(400, f"a question id is 1 to {MAX_ID_CHARS} characters.")
+    return qid
+
+
+def read_lines(raw: bytes, max_questions: int) -> list[Question]:
+    """The questions of a JSON-lines body; the first bad line is a 400 naming it."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the body is not UTF-8 text.") from None
+    questions: dict[str, Question] = {}  # a repeated id keeps its last version
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = parse_body(QuestionLine, line, "the line")
+        except ApiError as err:
+            raise ApiError(400, f"line {n}: {err.detail}") from None
+        if not (item.title.strip() or item.body.strip()):
+            raise ApiError(400, f"line {n}: question {item.id!r} has an empty title and body.")
+        questions[item.id] = Question(item.id, item.title, item.body, tuple(item.tags), item.extras)
+        if len(questions) > max_questions:
+            raise ApiError(413, f"more than {max_questions} questions in one request.")
+    if not questions:
+        raise ApiError(400, "the body holds no questions: send one JSON object per line.")
+    return list(questions.values())
