@@ -67,9 +67,9 @@ LAZY_COMMANDS = {
     "download": "qres.cli.download:download_command",
     "kibana-setup": "qres.cli.kibana:kibana_setup",
     "tags": "qres.cli.tags:tags_command",
-    "train": "qres.training.commands:train",
-    "export-onnx": "qres.training.commands:export_onnx",
-    "import-encoder": "qres.training.commands:import_encoder",
+    "train": "qres.training.commands.train:train",
+    "export-onnx": "qres.training.commands.train:export_onnx",
+    "import-encoder": "qres.training.commands.train:import_encoder",
 }
 
 

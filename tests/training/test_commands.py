@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from qres.encoders.runtime import Encoder
-from qres.training.commands import TORCH_MISSING, export_onnx, train
+from qres.training.commands.train import TORCH_MISSING, export_onnx, train
 from tests.training.helpers import FIXTURE
 
 TINY = [
@@ -31,7 +31,7 @@ TINY = [
 
 
 def test_importing_the_commands_does_not_import_torch():
-    code = "import sys, qres.training.commands; print('torch' in sys.modules)"
+    code = "import sys, qres.training.commands.train; print('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from qres.datasets.benchmarks import dataset_dir, default_data_dir, load_semeval
 from qres.training import finetune_transformer as ft
-from qres.training.commands import train
+from qres.training.commands.train import train
 from qres.training.import_encoder import import_sentence_transformer, load_sentence_transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
