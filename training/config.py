@@ -73,6 +73,21 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
 
+    @classmethod
+    def from_options(cls, options: dict) -> TrainConfig:
+        """The settings ``qres train``'s options give (None: an option not given, its default
+        kept); paths become strings, and ``unlabelled`` needs a ``teacher``."""
+        settings = {k: v for k, v in options.items() if v is not None}
+        settings["data_dir"] = str(settings["data_dir"]) if "data_dir" in settings else None
+        if "adapt_to" in settings:
+            settings["adapt_to"] = str(settings["adapt_to"])
+        settings["unlabelled"] = [str(path) for path in settings.get("unlabelled", ())]
+        if settings["unlabelled"] and "teacher" not in settings:
+            raise TrainError(
+                "--unlabelled needs --teacher (the unlabelled questions are only distilled on)"
+            )
+        return cls(**settings)
+
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -146,6 +146,39 @@ def history_table(run: dict) -> Table:
     return table
 
 
+def run_summary(run: dict, out_dir: Path) -> list[str]:
+    """What a finished run gave, in sentences: pre-training and tag prediction next to their
+    references, then the best epoch and the next command."""
+    lines = []
+    pre = run.get("pretrain")
+    if pre and pre.get("history"):
+        before, after = pre["dev_before_pretraining"], pre.get("dev_after_pretraining", {})
+        ppl = pre["history"][-1]["heldout_perplexity"]
+        lines.append(
+            f"pre-training: held-out perplexity {ppl:.1f}; dev MAP {before['MAP']:.2f} "
+            f"(untrained) -> {after.get('MAP', float('nan')):.2f} (pre-trained) -> "
+            f"{run['dev_metrics'].get('MAP', float('nan')):.2f} (fine-tuned)"
+        )
+    base = run.get("tag_baseline")
+    best = next((r for r in run["history"] if r["epoch"] == run["best_epoch"]), None)
+    if base and best and "tag_MAP" in best:
+        lines.append(
+            f"tags (held-out, {base['questions']} questions): head P@5 {best['tag_P@5']:.2f} "
+            f"R@5 {best['tag_R@5']:.2f} MAP {best['tag_MAP']:.2f}; TF-IDF logistic regression "
+            f"P@5 {base['P@5']:.2f} R@5 {base['R@5']:.2f} MAP {base['MAP']:.2f}"
+        )
+    best = run["dev_metrics"]
+    if best:
+        scored_on = run["training"].get("scored_on", "dev")
+        lines.append(
+            f"best epoch {run['best_epoch']}: {scored_on} MAP {best['MAP']:.2f}, "
+            f"MRR {best['MRR']:.2f}, "
+            f"P@1 {best['P@1']:.2f} in {run['train_seconds']:.0f}s; "
+            f"next: qres export-onnx {out_dir} --out models/{out_dir.name}"
+        )
+    return lines
+
+
 def load_trained(source: str | Path) -> tuple[QuestionEncoder, Vocab, dict]:
     """The model, vocabulary and run record of a run directory (best epoch) or checkpoint."""
     run_dir, checkpoint = run_dir_and_checkpoint(source)

@@ -68,8 +68,8 @@ LAZY_COMMANDS = {
     "kibana-setup": "qres.cli.kibana:kibana_setup",
     "tags": "qres.cli.tags:tags_command",
     "train": "qres.training.commands.train:train",
-    "export-onnx": "qres.training.commands.train:export_onnx",
-    "import-encoder": "qres.training.commands.train:import_encoder",
+    "export-onnx": "qres.training.commands.export:export_onnx",
+    "import-encoder": "qres.training.commands.import_encoder:import_encoder",
 }
 
 

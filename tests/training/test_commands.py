@@ -7,10 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from qres.encoders.runtime import Encoder
-from qres.training.commands.train import TORCH_MISSING, export_onnx, train
+from qres.training.commands import TORCH_MISSING
+from qres.training.commands.export import export_onnx
+from qres.training.commands.train import train
 from tests.training.helpers import FIXTURE
 
 TINY = [
@@ -31,7 +34,10 @@ TINY = [
 
 
 def test_importing_the_commands_does_not_import_torch():
-    code = "import sys, qres.training.commands.train; print('torch' in sys.modules)"
+    code = (
+        "import sys, qres.training.commands.train, qres.training.commands.export, "
+        "qres.training.commands.import_encoder; print('torch' in sys.modules)"
+    )
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
@@ -78,3 +84,43 @@ def test_help_teaches_with_an_example():
     result = CliRunner().invoke(train, ["--help"])
     assert "qres train --dataset semeval2016 --encoder rcnn" in result.output
     assert "qres export-onnx" in CliRunner().invoke(export_onnx, ["--help"]).output
+
+
+def test_the_options_become_a_config_without_click(tmp_path):
+    from qres.training.config import TrainConfig, TrainError
+
+    options = {"dataset": "askubuntu", "data_dir": tmp_path, "hidden": None, "unlabelled": ()}
+    config = TrainConfig.from_options(options)
+    assert config.data_dir == str(tmp_path) and config.hidden is None and config.unlabelled == []
+    with pytest.raises(TrainError, match="--unlabelled needs --teacher"):
+        TrainConfig.from_options({**options, "unlabelled": (tmp_path / "more.tsv",)})
+    with_teacher = {**options, "unlabelled": (tmp_path / "more.tsv",), "teacher": "models/t"}
+    assert TrainConfig.from_options(with_teacher).unlabelled == [str(tmp_path / "more.tsv")]
+
+
+def test_the_run_summary_puts_each_extra_beside_its_reference():
+    from qres.training.rundir import run_summary
+
+    best = {"MAP": 61.0, "MRR": 70.0, "P@1": 55.0}
+    run = {
+        "history": [{"epoch": 1}, {"epoch": 2, "tag_P@5": 30.0, "tag_R@5": 40.0, "tag_MAP": 50.0}],
+        "best_epoch": 2,
+        "dev_metrics": best,
+        "training": {"scored_on": "dev"},
+        "train_seconds": 12.0,
+        "pretrain": {
+            "history": [{"heldout_perplexity": 80.5}],
+            "dev_before_pretraining": {"MAP": 40.0},
+            "dev_after_pretraining": {"MAP": 50.0},
+        },
+        "tag_baseline": {"questions": 9, "P@5": 20.0, "R@5": 25.0, "MAP": 35.0},
+    }
+    lines = run_summary(run, Path("runs/x"))
+    assert lines[0].startswith("pre-training: held-out perplexity 80.5; dev MAP 40.00")
+    assert "-> 50.00 (pre-trained) -> 61.00 (fine-tuned)" in lines[0]
+    assert "head P@5 30.00 R@5 40.00 MAP 50.00" in lines[1] and "P@5 20.00" in lines[1]
+    assert lines[2].startswith("best epoch 2: dev MAP 61.00, MRR 70.00, P@1 55.00 in 12s")
+    assert lines[2].endswith("next: qres export-onnx runs/x --out models/x")
+    plain = {**run, "pretrain": None, "tag_baseline": None}
+    assert run_summary(plain, Path("runs/x")) == lines[2:]
+    assert run_summary({**plain, "dev_metrics": {}}, Path("runs/x")) == []

