@@ -1,12 +1,10 @@
-"""``qres evaluate`` and ``qres compare-runs``: scoring rankers and saved runs on a benchmark."""
+"""``qres evaluate``: scoring rankers on a labelled benchmark."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich.table import Table
 
 from qres.cli.group import (
     Context,
@@ -15,10 +13,8 @@ from qres.cli.group import (
     dense_candidates_option,
     json_option,
     model_set_option,
-    stdout,
 )
-
-# -- evaluate -----------------------------------------------------------------------------
+from qres.cli.scores import dataset_options, print_comparison, print_evaluations, with_comparison
 
 
 def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
@@ -32,17 +28,9 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
     return tuple(sorted(cutoffs))
 
 
-def _dataset_options(command):
-    """--dataset and --split, as evaluate and compare-runs take them."""
-    splits = click.Choice(["dev", "test", "train", "all"])
-    command = click.option("--split", type=splits, help="[default: dev; forum: all]")(command)
-    datasets = click.Choice(["askubuntu", "semeval2016", "android", "stackexchange"])
-    return click.option("--dataset", type=datasets, required=True)(command)
-
-
 @click.command()
 @json_option
-@_dataset_options
+@dataset_options
 @click.option(
     "--ranker",
     "rankers",
@@ -191,11 +179,11 @@ def evaluate(
     comparison = ev.compare(*evaluations) if compare else None
     if obj.as_json:
         summaries = [e.summary(per_query) for e in evaluations]
-        obj.emit(summaries if comparison is None else _with_comparison(summaries, comparison))
+        obj.emit(summaries if comparison is None else with_comparison(summaries, comparison))
         return
-    _print_evaluations(dataset, benchmark.split, evaluations, accuracy_at, per_query)
+    print_evaluations(dataset, benchmark.split, evaluations, accuracy_at, per_query)
     if comparison is not None:
-        _print_comparison(comparison, dataset)
+        print_comparison(comparison, dataset)
 
 
 def _save_runs(path: Path, evaluations) -> None:
@@ -203,98 +191,3 @@ def _save_runs(path: Path, evaluations) -> None:
 
     for out, e, lines in save_runs(path, evaluations):
         console.print(f"wrote {out}: {lines} lines ({e.ranker}, TREC run format)", highlight=False)
-
-
-def _with_comparison(summaries: list[dict], comparison) -> dict:
-    return {"evaluations": summaries, "comparison": asdict(comparison)}
-
-
-def _print_comparison(c, dataset: str) -> None:
-    d = 2 if dataset in ("semeval2016", "stackexchange") else 1
-    measure = "nDCG@10" if dataset == "stackexchange" else "MAP"
-    stdout.print(
-        f"{c.b} - {c.a}: {measure} {c.difference:+.{d}f} ({c.map_b:.{d}f} vs {c.map_a:.{d}f}, "
-        f"{c.queries} queries)\n"
-        f"  paired bootstrap 95% interval [{c.ci_low:+.{d}f}, {c.ci_high:+.{d}f}]\n"
-        f"  paired randomization test p = {c.p_value:.4f} "
-        f"({c.resamples} resamples, seed {c.seed})",
-        highlight=False,
-        soft_wrap=True,
-    )
-
-
-def _print_evaluations(dataset, split, evaluations, accuracy_at, per_query) -> None:
-    from qres.evaluation import runner as ev
-
-    # The precision each benchmark's papers report: Lei et al. one decimal, SemEval two.
-    decimals = 2 if dataset in ("semeval2016", "stackexchange") else 1
-    columns = list(ev.FORUM_COLUMNS) if dataset == "stackexchange" else ["MAP", "MRR", "P@1", "P@5"]
-    columns += [ev.AUC_COLUMN] if dataset == "android" else []
-    columns += [ev.accuracy_column(k) for k in accuracy_at]
-    table = Table(title=f"{dataset} {split}", title_justify="left")
-    table.add_column("ranker", no_wrap=True, min_width=len("given-order"))
-    for column in (*columns, "queries"):
-        table.add_column(column, justify="right")
-    for e in evaluations:
-        m = e.metrics
-        cells = ("–" if m[c] is None else f"{m[c]:.{decimals}f}" for c in columns)
-        table.add_row(e.ranker, *cells, str(m["queries"]))
-    stdout.print(table)
-    if accuracy_at:
-        asked = evaluations[0].metrics["accuracy_queries"]
-        console.print(
-            f"Acc@k: percent of the {asked} queries with a relevant question that find one "
-            "among the first k of the whole corpus (the query itself left out)"
-        )
-        if any(e.ranker == "given-order" for e in evaluations):
-            console.print("given-order ranks only each query's shipped candidates: no Acc@k")
-    if per_query:
-        for e in evaluations:
-            detail = Table(title=f"{e.ranker}: per query", title_justify="left")
-            for column in e.per_query[0] if e.per_query else ():
-                detail.add_column(column)
-            for row in e.per_query:
-                detail.add_row(
-                    *(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values())
-                )
-            stdout.print(detail)
-
-
-@click.command("compare-runs")
-@json_option
-@click.argument("run_a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@_dataset_options
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="As for qres evaluate: where the dataset's judgments are.",
-)
-@click.pass_obj
-def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
-    """Score two TREC run files on a benchmark and test whether their MAPs differ.
-
-    RUN_B's MAP minus RUN_A's, over the benchmark's queries (as qres evaluate counts
-    them), with a paired bootstrap 95% interval and a paired randomization test
-    p-value (qres.evaluation.significance). Runs are read as trec_eval reads them (by score).
-
-    \b
-    Example:
-      qres evaluate --dataset semeval2016 --ranker bm25 --save-run bm25.txt
-      qres evaluate --dataset semeval2016 --model runs/gru/model --ranker hybrid \\
-          --save-run gru.txt
-      qres compare-runs bm25.txt gru.txt --dataset semeval2016
-    """
-    from qres.evaluation import runner as ev
-
-    try:
-        benchmark = ev.load_benchmark(dataset, split, data_dir)
-    except ev.SetupError as err:
-        raise click.BadParameter(str(err), param_hint=err.option) from None
-    evaluations = [ev.evaluate_run(benchmark, path) for path in (run_a, run_b)]
-    comparison = ev.compare(*evaluations)
-    if obj.as_json:
-        obj.emit(_with_comparison([e.summary() for e in evaluations], comparison))
-        return
-    _print_evaluations(dataset, benchmark.split, evaluations, (), False)
-    _print_comparison(comparison, dataset)

@@ -57,11 +57,11 @@ class Context:
 # must not pay for the Elasticsearch client (Kibana), the service or the training code.
 LAZY_COMMANDS = {
     "index": "qres.cli.index:index",
-    "info": "qres.cli.index:info",
-    "compact": "qres.cli.index:compact",
+    "info": "qres.cli.info:info",
+    "compact": "qres.cli.compact:compact",
     "search": "qres.cli.search:search",
     "evaluate": "qres.cli.evaluate:evaluate",
-    "compare-runs": "qres.cli.evaluate:compare_runs",
+    "compare-runs": "qres.cli.compare_runs:compare_runs",
     "tune-fusion": "qres.cli.tune_fusion:tune_fusion_command",
     "serve": "qres.cli.serve:serve",
     "download": "qres.cli.download:download_command",

@@ -1,16 +1,13 @@
-"""``qres index``, ``qres info`` and ``qres compact``: filling an index and looking after it."""
+"""``qres index``: filling an index from a corpus file (``qres info`` and ``qres compact``
+look after it)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from qres import paths
-from qres.backends.base import IndexMissingError
 from qres.cli.group import (
     COMMITTED_IS_KEPT,
     Context,
@@ -18,14 +15,9 @@ from qres.cli.group import (
     _with_model_set,
     console,
     json_option,
-    load_encoder,
     model_set_option,
-    stdout,
 )
 from qres.corpus.readers import FORMATS, ReadStats, read_corpus
-from qres.encoders.runtime import EncoderError
-
-# -- index --------------------------------------------------------------------------------
 
 
 @click.command()
@@ -174,102 +166,3 @@ def index(
         console.print(f"compacted the index: {compacted:,} dead vector rows reclaimed")
     for problem in stats.problems:
         console.print(f"  skipped: {problem}", highlight=False, markup=False)
-
-
-# -- info ---------------------------------------------------------------------------------
-
-
-@click.command()
-@json_option
-@click.pass_obj
-def info(obj: Context):
-    """Show the index (size, analyzer, model, vectors) and the runtime (ONNX providers).
-
-    \b
-    Example:
-      qres info
-      qres --device cuda info --json   # is the GPU usable, and if not, why
-    """
-    import onnxruntime
-
-    from qres.encoders.runtime import Runtime, provider_status
-
-    details = {
-        "qres_home": str(paths.home()),
-        "backend": obj.open_backend_name(),
-        "onnxruntime": onnxruntime.__version__,
-        "onnx_providers": provider_status(),
-        "device": Runtime.from_env(obj.device).device,
-    }
-    if obj.open_backend_name() == "embedded":  # Elasticsearch: the connection tells where
-        details["index_dir"] = str(obj.index_dir)
-    try:
-        with obj.open() as backend:
-            details["questions"] = backend.count()
-            details["index_metadata"] = backend.metadata()
-            details.update(backend.storage())
-            for found in backend.leftovers():
-                details[f"leftover {found['path']}"] = (
-                    f"{found['bytes']:,} bytes left by an interrupted rebuild or compaction; "
-                    f"removed by {found['removed_by']}"
-                )
-            connection = backend.describe()
-            if connection:
-                details["connection"] = connection
-            model_dir = backend.metadata().get("model_dir")
-            if model_dir:
-                details["model"] = _describe_model(Path(model_dir), obj.device)
-    except IndexMissingError as err:  # no index yet: worth showing with the rest
-        details["index"] = str(err)
-    if obj.as_json:
-        obj.emit(details)
-        return
-    table = Table(show_header=False)
-    for key, value in details.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
-    stdout.print(table)
-
-
-def _describe_model(model_dir: Path, device: str | None) -> dict:
-    try:
-        encoder = load_encoder(model_dir, device)
-    except EncoderError as err:  # the index is still worth reporting
-        return {"dir": str(model_dir), "error": str(err)}
-    return {
-        "dir": str(model_dir),
-        "architecture": encoder.card.get("architecture"),
-        "dim": encoder.dim,
-        "fingerprint": encoder.fingerprint,
-        "execution_providers": encoder.providers,  # bulk encoding
-        "query_execution_providers": encoder.query_providers,
-    }
-
-
-# -- compact ------------------------------------------------------------------------------
-
-
-@click.command()
-@json_option
-@click.pass_obj
-def compact(obj: Context):
-    """Reclaim the space of replaced and deleted questions' vectors.
-
-    Re-running `qres index` leaves the old vectors of replaced questions behind
-    (`qres info` counts them as dead_vector_rows). Compaction copies the live
-    ones into a fresh index beside the old and swaps it in: a crash at any point
-    leaves the old index or the new one, never a mix; searches go on meanwhile.
-
-    \b
-    Example:
-      qres compact
-    """
-    with obj.open() as backend:
-        figures = backend.compact()
-    if obj.as_json:
-        obj.emit(figures)
-        return
-    before, after = figures["before"], figures["after"]
-    console.print(
-        f"vector rows: {before.get('vector_rows', 0):,} → {after.get('vector_rows', 0):,} "
-        f"({before.get('dead_vector_rows', 0):,} dead rows reclaimed)"
-    )
