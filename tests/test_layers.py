@@ -95,7 +95,25 @@ def test_the_checks_see_a_circle_and_an_upward_import(tmp_path):
     assert LAYER_OF[package_of("qres.cli")] > LAYER_OF[package_of("qres.corpus.readers")]
 
 
+# Command modules parse options, call the library and print; the training commands count too.
+COMMAND_PACKAGES = ("qres.cli.", "qres.training.commands.")
+COMMAND_MODULE_LINES = 250
+# Any module: one concept, readable in a sitting. 650 leaves room for qres.evaluation.runner
+# (640 lines while its forum evaluation moves out); the aim is about 600.
+MODULE_LINES = 650
+
+
+def sizes() -> dict[str, int]:
+    return {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in modules().items()}
+
+
 def test_command_modules_stay_thin():
-    sizes = {m: len(p.read_text().splitlines()) for m, p in modules().items()}
-    commands = {m: n for m, n in sizes.items() if m.startswith("qres.cli.")}
-    assert max(commands.values()) <= 300, commands
+    commands = {m: n for m, n in sizes().items() if m.startswith(COMMAND_PACKAGES)}
+    assert any(m.startswith("qres.training.commands.") for m in commands)  # both are seen
+    too_long = {m: n for m, n in commands.items() if n > COMMAND_MODULE_LINES}
+    assert too_long == {}
+
+
+def test_no_module_grows_past_a_sitting():
+    too_long = {m: n for m, n in sizes().items() if n > MODULE_LINES}
+    assert too_long == {}
