@@ -84,6 +84,9 @@ def _writer_size() -> tuple[int, int]:
 
 
 class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
+    """An index directory, opened to search and write it. Opening, writing and reading are
+    here; the writer's lock, rebuilds and the vector files come from their modules."""
+
     name = "embedded"
     several_models = True
 
