@@ -1,4 +1,5 @@
-"""``qres tune-fusion``: learning the BM25/cosine fusion on SemEval labels."""
+"""``qres tune-fusion``: learning the BM25/cosine fusion on SemEval labels, or by
+cross-validation on a StackExchange forum's train split."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from qres.cli.group import (
     Context,
     _with_model_set,
     console,
+    dense_candidates_option,
     json_option,
     model_set_option,
     stdout,
@@ -22,6 +24,15 @@ from qres.cli.group import (
 
 @click.command("tune-fusion")
 @json_option
+@click.option(
+    "--dataset",
+    type=click.Choice(["semeval2016", "stackexchange"]),
+    default="semeval2016",
+    show_default=True,
+    help="stackexchange: cross-validate (--cv, default 5) over the forum's train split of "
+    "duplicate links, each query searching the whole forum; the test split is never read.",
+)
+@dense_candidates_option
 @click.option(
     "--model",
     "models",
@@ -34,7 +45,8 @@ from qres.cli.group import (
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="With --cv and several --model: write the fusion here (for `qres search --fusion`).",
+    help="With --cv and several --model, or stackexchange: write the fusion here (for "
+    "`qres search --fusion`, `qres evaluate --fusion`) instead of into the model directory.",
 )
 @click.option("--split", type=click.Choice(["train", "dev"]), default="dev", show_default=True)
 @click.option(
@@ -66,7 +78,18 @@ from qres.cli.group import (
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.pass_obj
 def tune_fusion_command(
-    obj: Context, models, model_set, out, split, folds, cv_splits, method, report, data_dir
+    obj: Context,
+    dataset,
+    dense_candidates,
+    models,
+    model_set,
+    out,
+    split,
+    folds,
+    cv_splits,
+    method,
+    report,
+    data_dir,
 ):
     """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
 
@@ -88,15 +111,20 @@ def tune_fusion_command(
       qres tune-fusion --model models/minilm --model qres/models/default --cv 5 \\
           --cv-splits dev --report fusion-cv.json --out fusion-both.json
       qres evaluate --dataset semeval2016 --model runs/gru/model
+      qres tune-fusion --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
+          --model models/minilm-travel
+      qres evaluate --dataset stackexchange --split test --model models/minilm-travel
     """
     from qres.datasets.benchmarks import default_data_dir
-    from qres.evaluation import runner as ev
-    from qres.evaluation.fusion_fit import tune_fusion
+    from qres.evaluation.fusion_fit import candidate_scores, tune_fusion
     from qres.evaluation.rankers import open_eval_index
 
     models = _with_model_set(model_set, models)
     if not models:
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
+    if dataset == "stackexchange":
+        _tune_forum(obj, models, out, folds or 5, method, report, data_dir, dense_candidates)
+        return
     data_dir = data_dir or default_data_dir()
     encoders = [obj.load_encoder(m) for m in models]
     if folds is None and len(models) > 1:
@@ -113,7 +141,7 @@ def tune_fusion_command(
                 obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out
             )
             return
-        lists = ev.candidate_scores(data_dir, split, backends[0], encoders[0])
+        lists = candidate_scores(data_dir, split, backends[0], encoders[0])
     model = models[0]
     fusion = tune_fusion(
         lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"
@@ -171,3 +199,46 @@ def _tune_fusion_cv(
     stdout.print(table)
     where = f"saved to {saved}" if saved else "not saved: pass --out FILE"
     console.print(f"kept {best} ({where})")
+
+
+def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candidates):
+    from qres.evaluation import forum_fusion
+    from qres.evaluation.rankers import open_eval_index
+
+    encoders = [obj.load_encoder(m) for m in models]
+    result, fusion = forum_fusion.tune(
+        data_dir,
+        encoders,
+        lambda name: open_eval_index(obj.backend_name, name),
+        folds,
+        method,
+        dense_candidates,
+        names=[Path(m).name for m in models],
+    )
+    saved = fusion.save_file(out) if out is not None else None
+    if saved is None and len(models) == 1:
+        saved = fusion.save(models[0])
+    record = result["record"]
+    summary = {"chosen": result["chosen"], "params": result["params"], "methods": result["rows"]}
+    summary |= {"saved": str(saved) if saved else None, "record": record}
+    if report:
+        report.write_text(json.dumps({**summary, "per_query": result["per_query"]}, indent=1))
+    if obj.as_json:
+        obj.emit(summary)
+        return
+    table = Table(
+        title=f"{folds}-fold CV over the forum's {record['queries']} train-split queries "
+        f"({record['candidates_per_query']:.0f} candidates each, "
+        f"{record['originals_in_candidates']:.2f}% of originals among them)"
+    )
+    for column in ("ranker", "nDCG@10", "R@10", "MRR", "MAP", "ΔnDCG@10 vs bm25 [95% CI]"):
+        table.add_column(column, justify="left" if column == "ranker" else "right")
+    for name, row in result["rows"].items():
+        r = row["train"]
+        d, lo, hi = r["nDCG@10 vs bm25"]
+        cells = [f"{r[m]:.2f}" for m in ("nDCG@10", "R@10", "MRR", "MAP")]
+        kept = " (kept)" if name == result["chosen"] else ""
+        table.add_row(name + kept, *cells, f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+    stdout.print(table)
+    where = f"saved to {saved}" if saved else "not saved: pass --out FILE"
+    console.print(f"kept {result['chosen']} ({where}); the test split was not read")

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qres.evaluation.ranking_metrics import average_precision, precision_at, reciprocal_rank
+from qres.evaluation.ranking_metrics import (
+    average_precision,
+    ndcg_at,
+    precision_at,
+    recall_at,
+    reciprocal_rank,
+)
 from qres.ranking.fusion import METHODS, Fusion, ltr_features, normalize_bm25, score, signals
 
 GRID_STEPS = 20
@@ -41,6 +47,9 @@ class CandidateList:
     split: str
     x: np.ndarray  # [n, 1 + M] float: bm25 / top bm25, then the cosines
     labels: np.ndarray  # [n] bool
+    # A forum query's linked originals, also those its candidates missed (None: the labelled
+    # candidates are all there is, as on SemEval); with it nDCG@10 and R@10 are scored too.
+    relevant: int | None = None
 
 
 def fit(method: str, lists: Sequence[CandidateList]) -> list[float] | None:
@@ -60,11 +69,15 @@ def mean_ap(method: str, params, lists: Sequence[CandidateList]) -> float:
 def query_metrics(method: str, params, c: CandidateList) -> dict[str, float]:
     order = np.argsort(-score(method, params, c.x), kind="stable")
     ranked = c.labels[order]
-    return {
+    found = {
         "AP": average_precision(ranked),
         "RR": reciprocal_rank(ranked),
         "P@1": precision_at(ranked, 1),
     }
+    if c.relevant is not None:
+        found["nDCG@10"] = ndcg_at(ranked, 10, c.relevant)
+        found["R@10"] = recall_at(ranked, 10, c.relevant)
+    return found
 
 
 def _simplex(dims: int, steps: int = GRID_STEPS) -> np.ndarray:
@@ -136,12 +149,20 @@ def cross_validate(
     return {"folds": k, "fold_of": fold_of, "methods": results}
 
 
+SUMMARY = (("MAP", "AP"), ("MRR", "RR"), ("P@1", "P@1"), ("nDCG@10", "nDCG@10"), ("R@10", "R@10"))
+
+
 def summary(per_query: dict[str, dict], ids: Sequence[str]) -> dict[str, float]:
-    """MAP, MRR, P@1 in percent over ``ids``."""
+    """MAP, MRR, P@1 (and nDCG@10, R@10 of forum queries) in percent over ``ids``."""
+    first = per_query[ids[0]] if ids else {}
     return {
         name: 100 * float(np.mean([per_query[q][key] for q in ids]))
-        for name, key in (("MAP", "AP"), ("MRR", "RR"), ("P@1", "P@1"))
+        for name, key in SUMMARY
+        if key in first
     }
+
+
+PER_QUERY_KEY = dict(SUMMARY)  # a summary's measure -> the per-query value it averages
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, seed: int = 0):
@@ -184,6 +205,34 @@ def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[Can
                 cosines.append(np.where(present, stored @ vectors[i], 0.0))
             labels = np.array([c in q.relevant for c in ids], dtype=bool)
             lists.append(CandidateList(q.id, split, signals(bm25, cosines), labels))
+    return lists
+
+
+def candidate_scores(data_dir, split: str, backend, encoder):
+    """(BM25, cosine, label) arrays of every SemEval ``split`` query's candidates, scored by
+    the production pipeline: what :func:`tune_fusion` learns from."""
+    from qres.datasets.benchmarks import dataset_dir, load_semeval, semeval_questions
+    from qres.evaluation.rankers import ensure_index
+    from qres.ranking.search import SearchPipeline
+
+    folder = dataset_dir("semeval2016", data_dir)
+    labelled = load_semeval(folder, split)
+    ensure_index(backend, lambda: semeval_questions(folder), encoder)
+    pipeline = SearchPipeline(backend, encoder)
+    lists = []
+    for q in labelled.queries:
+        vector = encoder.encode_questions([q.question])[0]
+        results = pipeline.search(
+            q.question.text, len(q.candidates), "dense", q.candidates, vector, with_text=False
+        )
+        results = [r for r in results if r.cosine is not None]
+        lists.append(
+            (
+                np.array([r.bm25 for r in results]),
+                np.array([r.cosine for r in results]),
+                np.array([r.id in q.relevant for r in results], dtype=int),
+            )
+        )
     return lists
 
 
@@ -230,13 +279,15 @@ def compare_fusions(
     signals: Sequence[str],
     folds: int,
     method: str = "auto",
+    measure: str = "MAP",
 ) -> dict:
     """Every signal alone and every fusion by ``folds``-fold CV over ``lists``, per split.
 
     ``signals`` names the columns of each list's ``x`` (``bm25`` first, then one per model).
     Returns ``rows`` (ranker → ``all`` and each split → MAP, MRR, P@1, and for a split the
-    paired-bootstrap MAP difference against BM25), ``per_query`` (ranker → query → metrics),
-    ``chosen`` (``method``, or with ``"auto"`` the fusion of best CV MAP), its ``params``
+    paired-bootstrap ``measure`` difference against BM25, ``"<measure> vs bm25"``),
+    ``per_query`` (ranker → query → metrics), ``chosen`` (``method``, or with ``"auto"`` the
+    fusion of best CV ``measure``: MAP, or nDCG@10 for forum queries), its ``params``
     refitted on every query, and ``record``: what a fusion saved from it keeps.
     """
     splits = list(dict.fromkeys(c.split for c in lists))
@@ -253,11 +304,13 @@ def compare_fusions(
         row = {"all": summary(scores, every)}
         for s in splits:
             row[s] = summary(scores, ids[s])
-            row[s]["MAP vs bm25"] = paired_bootstrap(
-                [scores[q]["AP"] for q in ids[s]], [per_query["bm25"][q]["AP"] for q in ids[s]]
+            key = PER_QUERY_KEY[measure]
+            row[s][f"{measure} vs bm25"] = paired_bootstrap(
+                [scores[q][key] for q in ids[s]], [per_query["bm25"][q][key] for q in ids[s]]
             )
         rows[name] = row
-    chosen = max(METHODS, key=lambda m: rows[m]["all"]["MAP"]) if method == "auto" else method
+    best = max(METHODS, key=lambda m: rows[m]["all"][measure])
+    chosen = best if method == "auto" else method
     record = {
         "folds": folds,
         "splits": splits,
@@ -266,6 +319,8 @@ def compare_fusions(
         "fold_of": cv["fold_of"],
         "per_fold": cv["methods"][chosen]["per_fold"],
         "cv_map": {m: rows[m]["all"]["MAP"] for m in METHODS},
+        "measure": measure,
+        f"cv_{measure}": {m: rows[m]["all"][measure] for m in METHODS},
     }
     return {
         "chosen": chosen,
@@ -281,10 +336,11 @@ def fusion_from(result: dict, fingerprints: Sequence[str], dataset: str = "semev
     (saved in its directory), or of several (``models`` = their ``fingerprints``)."""
     best, params, record = result["chosen"], result["params"], result["record"]
     splits, folds = "+".join(record["splits"]), record["folds"]
-    cv_map = result["rows"][best]["all"]["MAP"]
+    measure = record.get("measure", "MAP")
+    cv_value = result["rows"][best]["all"][measure]
     weighted = best == "weighted-sum"
     record = {**record, "fingerprints": list(fingerprints)}
-    how = f"best of {', '.join(METHODS)} by {folds}-fold cross-validated MAP ({cv_map:.2f})"
+    how = f"best of {', '.join(METHODS)} by {folds}-fold cross-validated {measure} ({cv_value:.2f})"
     common = {"tuned_on": f"{dataset}/{splits}", "method": best, "cv": record}
     if len(fingerprints) == 1:
         return Fusion(

@@ -68,7 +68,13 @@ class PipelineRanker:
         if self.mode != "hybrid" or fusion.for_query(query_id) is fusion:
             return self.pipeline
         p = self.pipeline
-        return SearchPipeline(p.backend, p.encoders, fusion.for_query(query_id), p.candidates)
+        return SearchPipeline(
+            p.backend,
+            p.encoders,
+            fusion.for_query(query_id),
+            p.candidates,
+            dense_candidates=p.dense_candidates,
+        )
 
     def top(self, queries: Sequence[Question], k: int) -> list[list[str]]:
         """The first ``k`` corpus questions of each query, the query itself left out."""
@@ -79,9 +85,10 @@ class PipelineRanker:
         tops = []
         for query in queries:
             vector = self._vector(query, self.corpus_pipeline)
-            results = self.corpus_pipeline.search(
-                query.text, k + 1, self.mode, None, vector, with_text=False
-            )
+            pipeline = self.corpus_pipeline
+            if pipeline is self.pipeline:  # a forum: the fusion's held-out fold, as in score
+                pipeline = self._held_out(query.id)
+            results = pipeline.search(query.text, k + 1, self.mode, None, vector, with_text=False)
             tops.append([(r.id, r.score) for r in results if r.id != query.id][:k])
         return tops
 

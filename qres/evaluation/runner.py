@@ -36,17 +36,13 @@ is among the first k. For AskUbuntu the whole corpus file goes into a second ind
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
-import numpy as np
-
 from qres.backends.base import Backend, BackendError
 from qres.corpus.readers import CorpusError, Question, read_corpus
-from qres.datasets import forum_duplicates
 from qres.datasets.benchmarks import (
     LAYOUTS,
     RankingQuery,
@@ -59,58 +55,21 @@ from qres.datasets.benchmarks import (
 from qres.encoders.bowcnn_scorer import BowCnnScorer, is_bowcnn_model
 from qres.evaluation import ranking_metrics as metrics
 from qres.evaluation import significance
-from qres.evaluation.rankers import ensure_index, make_ranker
+from qres.evaluation.benchmark import Benchmark, Evaluation, SetupError
+from qres.evaluation.forum import FORUM_COLUMNS, FORUM_DEPTH, load_forum, score_forum  # noqa: F401
+from qres.evaluation.rankers import make_ranker
 from qres.evaluation.significance import Comparison
 from qres.evaluation.trec import read_run, write_run
 from qres.ranking.fusion import Fusion, shipped_fusion_for
-from qres.ranking.search import DEFAULT_DENSE_CANDIDATES, MODES, SearchPipeline
+from qres.ranking.search import DEFAULT_DENSE_CANDIDATES, MODES
 
 DATASETS = ("askubuntu", "semeval2016", "android", "stackexchange")
-FORUM_COLUMNS = ("R@1", "R@10", "R@100", "MRR@10", "nDCG@10")
-FORUM_DEPTH = 100  # how deep each forum query's ranking goes (R@100)
 AUC_MAX_FPR = 0.05
 AUC_COLUMN = "AUC(0.05)"
 
 
 def accuracy_column(k: int) -> str:
     return f"Acc@{k}"
-
-
-@dataclass
-class Evaluation:
-    dataset: str
-    split: str
-    ranker: str
-    metrics: dict[str, float | None]
-    per_query: list[dict] = field(default_factory=list)
-    # Per query id, its candidates best first with their scores: what a TREC run file holds.
-    ranked: dict[str, list[tuple[str, float]]] = field(default_factory=dict, repr=False)
-
-    def summary(self, per_query: bool = True) -> dict:
-        """The JSON form ``qres evaluate --json`` prints (the ranked lists left out)."""
-        out = {k: v for k, v in asdict(self).items() if k != "ranked"}
-        return out if per_query else {**out, "per_query": None}
-
-
-@dataclass
-class Benchmark:
-    """One split of a labelled set, ready to rank (:func:`load_benchmark`)."""
-
-    dataset: str
-    split: str
-    queries: list[RankingQuery]
-    texts: Mapping[str, Question]  # the queries' and candidates' questions by id
-    corpus: Callable[[], Iterable[Question]]  # every question Acc@k ranks
-    skip_without_relevant: bool  # queries without a relevant candidate left out (else AP 0)
-    with_auc: bool = False  # also AUC(0.05) over every labelled pair
-    has_given_order: bool = True
-    # What the candidates' index holds when that is not the whole corpus (AskUbuntu): Acc@k
-    # then needs a second index of the corpus.
-    indexed: Callable[[], Iterable[Question]] | None = None
-    source: Path | None = None  # the file or folder the texts come from (None: the layout's)
-    folder: Path | None = None  # the dataset's folder, named in errors
-    missing_texts: bool = False  # AskUbuntu without its corpus file: given-order only
-    whole_forum: bool = False  # each query ranks the whole corpus (stackexchange)
 
 
 # -- scoring --------------------------------------------------------------------------------
@@ -196,7 +155,7 @@ def evaluate(
             dense_candidates=dense_candidates,
         )
         questions = [q.question for q in benchmark.queries]
-        return _score_forum(benchmark, ranker, ranking.top_scored(questions, FORUM_DEPTH))
+        return score_forum(benchmark, ranker, ranking.top_scored(questions, FORUM_DEPTH))
     if ranker != "given-order" and benchmark.missing_texts:
         raise CorpusError(
             benchmark.folder,
@@ -244,31 +203,6 @@ def evaluate(
     return evaluation
 
 
-def _score_forum(benchmark: Benchmark, ranker: str, tops: list) -> Evaluation:
-    """Each query's top of the whole forum (``(id, score)`` best first, the query left
-    out), scored as :data:`FORUM_COLUMNS` (percent; binary gains, R = its linked originals)."""
-    per_query, ranked = [], {}
-    for q, top in zip(benchmark.queries, tops, strict=True):
-        hits, n = [d in q.relevant for d, _ in top], len(q.relevant)
-        ranked[q.id] = top
-        per_query.append(
-            {
-                "query": q.id,
-                "relevant": n,
-                "R@1": 100 * metrics.recall_at(hits, 1, n),
-                "R@10": 100 * metrics.recall_at(hits, 10, n),
-                "R@100": 100 * metrics.recall_at(hits, 100, n),
-                "MRR@10": 100 * metrics.reciprocal_rank_at(hits, 10),
-                "nDCG@10": 100 * metrics.ndcg_at(hits, 10, n),
-            }
-        )
-    summary: dict = {
-        c: float(np.mean([r[c] for r in per_query])) if per_query else 0.0 for c in FORUM_COLUMNS
-    }
-    summary["queries"] = len(per_query)
-    return Evaluation(benchmark.dataset, benchmark.split, ranker, summary, per_query, ranked)
-
-
 def accuracy(
     ranker, queries: Sequence[RankingQuery], texts: Mapping[str, Question], ks: Sequence[int]
 ) -> dict[str, float | None]:
@@ -308,7 +242,7 @@ def load_benchmark(
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
     split = default_split(dataset, split)
     if dataset == "stackexchange":
-        return _load_forum(split, data_dir)
+        return load_forum(split, data_dir)
     if split == "all":
         raise SetupError("--split", f"{dataset} has no split 'all': use dev or test")
     if dataset != "semeval2016" and split == "train":
@@ -365,34 +299,6 @@ def load_benchmark(
 def default_split(dataset: str, split: str | None) -> str:
     """``split``, else the dataset's usual one: ``all`` of a forum, else ``dev``."""
     return split or ("all" if dataset == "stackexchange" else "dev")
-
-
-def _load_forum(split: str, data_dir: Path | None) -> Benchmark:
-    if split not in forum_duplicates.SPLITS:
-        raise SetupError(
-            "--split", f"stackexchange splits are {', '.join(forum_duplicates.SPLITS)}"
-        )
-    forum = forum_duplicates.load_forum_duplicates(data_dir, split)
-    return Benchmark(
-        "stackexchange",
-        split,
-        forum.queries,
-        {q.id: q.question for q in forum.queries},
-        partial(read_corpus, forum.posts, "stackexchange"),
-        True,
-        has_given_order=False,
-        source=forum.posts,
-        folder=forum.posts.parent,
-        whole_forum=True,
-    )
-
-
-class SetupError(ValueError):
-    """Evaluation options that do not go together; ``option`` names the one to change."""
-
-    def __init__(self, option: str, message: str):
-        super().__init__(message)
-        self.option = option
 
 
 def choose_rankers(dataset: str, rankers: Sequence[str], model: Path | None) -> tuple[str, ...]:
@@ -535,7 +441,7 @@ def _evaluate_with(
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"
             )
-        if ranker == "hybrid" and fusion and fusion.cv:
+        if ranker == "hybrid" and fusion and fusion.cv and _tuned_on_split(fusion, dataset, split):
             note(
                 f"hybrid: {fusion.method} fusion cross-validated in {fusion.cv['folds']} folds "
                 f"over {fusion.tuned_on}: each of those queries is scored with the fusion "
@@ -565,6 +471,12 @@ def _evaluate_with(
     return evaluations
 
 
+def _tuned_on_split(fusion, dataset: str, split: str) -> bool:
+    """Whether ``split`` of ``dataset`` holds queries ``fusion`` was (cross-)fitted on."""
+    tuned_dataset, _, splits = (fusion.tuned_on or "").partition("/")
+    return tuned_dataset == dataset and (split == "all" or split in splits.split("+"))
+
+
 def eval_index_name(benchmark: Benchmark, key: str, part: str = "") -> str:
     """The evaluation index of ``benchmark``'s texts for models ``key`` (their fingerprints'
     heads, or ``bm25``): re-used only for the same models and the same source file."""
@@ -585,7 +497,7 @@ def evaluate_run(benchmark: Benchmark, path: Path) -> Evaluation:
         )
     if benchmark.whole_forum:
         tops = [[(d, 0.0) for d in run.get(q.id, []) if d != q.id] for q in benchmark.queries]
-        return _score_forum(benchmark, Path(path).name, tops)
+        return score_forum(benchmark, Path(path).name, tops)
     rankings = [[d in q.relevant for d in run.get(q.id, [])] for q in benchmark.queries]
     return _score(benchmark, Path(path).name, rankings)
 
@@ -614,27 +526,3 @@ def compare(first: Evaluation, second: Evaluation, measure: str | None = None) -
 def compared_measure(dataset: str) -> str:
     """The per-query measure ``--compare`` tests: nDCG@10 on a forum, else AP (MAP)."""
     return "nDCG@10" if dataset == "stackexchange" else "AP"
-
-
-def candidate_scores(data_dir: Path, split: str, backend: Backend, encoder):
-    """(BM25, cosine, label) arrays of every SemEval ``split`` query's candidates, scored by
-    the production pipeline: what :func:`qres.evaluation.fusion_fit.tune_fusion` learns from."""
-    folder = dataset_dir("semeval2016", data_dir)
-    labelled = load_semeval(folder, split)
-    ensure_index(backend, lambda: semeval_questions(folder), encoder)
-    pipeline = SearchPipeline(backend, encoder)
-    lists = []
-    for q in labelled.queries:
-        vector = encoder.encode_questions([q.question])[0]
-        results = pipeline.search(
-            q.question.text, len(q.candidates), "dense", q.candidates, vector, with_text=False
-        )
-        results = [r for r in results if r.cosine is not None]
-        lists.append(
-            (
-                np.array([r.bm25 for r in results]),
-                np.array([r.cosine for r in results]),
-                np.array([r.id in q.relevant for r in results], dtype=int),
-            )
-        )
-    return lists

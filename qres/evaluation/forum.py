@@ -1,0 +1,73 @@
+"""Full-forum duplicate search on a StackExchange dump (``qres evaluate --dataset
+stackexchange``, ``qres tune-fusion --dataset stackexchange``).
+
+Each question closed as a duplicate (:mod:`qres.datasets.forum_duplicates`) searches the
+whole indexed forum with its title and body through the production :class:`SearchPipeline`,
+its own id left out; its top :data:`FORUM_DEPTH` is scored as :data:`FORUM_COLUMNS` with
+binary gains over its linked originals (:func:`score_forum`).
+
+Fusion fitting (:func:`forum_candidate_lists`): each query's candidates are what the
+production pipeline rescores (BM25's top K together with the questions nearest its vector),
+each with its BM25 score and cosine, labelled by its links; the number of originals the
+candidates missed is kept, so nDCG@10 and recall count them as misses.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from qres.corpus.readers import read_corpus
+from qres.datasets import forum_duplicates
+from qres.evaluation import ranking_metrics as metrics
+from qres.evaluation.benchmark import Benchmark, Evaluation, SetupError
+
+FORUM_COLUMNS = ("R@1", "R@10", "R@100", "MRR@10", "nDCG@10")
+FORUM_DEPTH = 100  # how deep each forum query's ranking goes (R@100)
+
+
+def load_forum(split: str, data_dir: Path | None) -> Benchmark:
+    if split not in forum_duplicates.SPLITS:
+        raise SetupError(
+            "--split", f"stackexchange splits are {', '.join(forum_duplicates.SPLITS)}"
+        )
+    forum = forum_duplicates.load_forum_duplicates(data_dir, split)
+    return Benchmark(
+        "stackexchange",
+        split,
+        forum.queries,
+        {q.id: q.question for q in forum.queries},
+        partial(read_corpus, forum.posts, "stackexchange"),
+        True,
+        has_given_order=False,
+        source=forum.posts,
+        folder=forum.posts.parent,
+        whole_forum=True,
+    )
+
+
+def score_forum(benchmark: Benchmark, ranker: str, tops: list) -> Evaluation:
+    """Each query's top of the whole forum (``(id, score)`` best first, the query left
+    out), scored as :data:`FORUM_COLUMNS` (percent; binary gains, R = its linked originals)."""
+    per_query, ranked = [], {}
+    for q, top in zip(benchmark.queries, tops, strict=True):
+        hits, n = [d in q.relevant for d, _ in top], len(q.relevant)
+        ranked[q.id] = top
+        per_query.append(
+            {
+                "query": q.id,
+                "relevant": n,
+                "R@1": 100 * metrics.recall_at(hits, 1, n),
+                "R@10": 100 * metrics.recall_at(hits, 10, n),
+                "R@100": 100 * metrics.recall_at(hits, 100, n),
+                "MRR@10": 100 * metrics.reciprocal_rank_at(hits, 10),
+                "nDCG@10": 100 * metrics.ndcg_at(hits, 10, n),
+            }
+        )
+    summary: dict = {
+        c: float(np.mean([r[c] for r in per_query])) if per_query else 0.0 for c in FORUM_COLUMNS
+    }
+    summary["queries"] = len(per_query)
+    return Evaluation(benchmark.dataset, benchmark.split, ranker, summary, per_query, ranked)

@@ -1,0 +1,106 @@
+"""Fitting the fusion on a forum's own duplicate links (``qres tune-fusion --dataset
+stackexchange``), by cross-validation over its train split only.
+
+Each train-split query becomes a :class:`CandidateList`: the candidates the production
+pipeline rescores for it (BM25's top K together with the questions nearest its vector), each
+with its BM25 score and one cosine per model, labelled by the query's links, and the number of
+its originals (the ones the candidates missed count as misses in nDCG@10 and R@10). BM25 is
+divided by the top BM25 of the candidates as search sees them, the query's own question
+included (it is in the forum), then that question's row is dropped, as evaluation drops it.
+
+The fusions of :mod:`qres.evaluation.fusion_fit` are compared by K-fold cross-validated
+nDCG@10 (folds by query); the best is refitted on every train query. The test split is never
+read: ``qres evaluate --dataset stackexchange --split test`` applies the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from qres.backends.base import Backend
+from qres.evaluation.benchmark import Benchmark
+from qres.evaluation.fusion_fit import CandidateList, compare_fusions, fusion_from
+from qres.evaluation.rankers import ensure_index
+from qres.evaluation.runner import eval_index_name, load_benchmark
+from qres.ranking.fusion import Fusion, signals
+from qres.ranking.search import DEFAULT_CANDIDATES, DEFAULT_DENSE_CANDIDATES, SearchPipeline
+
+MEASURE = "nDCG@10"
+SPLIT = "train"
+
+
+def index_key(encoders) -> str:
+    """The evaluation index's model key, as ``qres evaluate`` names it (so both share it)."""
+    if len(encoders) == 1:
+        return encoders[0].fingerprint[:16]
+    return "+".join(sorted(e.fingerprint[:12] for e in encoders))
+
+
+def candidate_lists(
+    benchmark: Benchmark,
+    backend: Backend,
+    encoders: Sequence,
+    dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
+    candidates: int = DEFAULT_CANDIDATES,
+) -> list[CandidateList]:
+    """Every query's rescored candidates with [bm25/top, cosine per model] and labels."""
+    ensure_index(backend, benchmark.corpus, list(encoders) if len(encoders) > 1 else encoders[0])
+    fusion = Fusion.equal([e.fingerprint for e in encoders]) if len(encoders) > 1 else None
+    pipeline = SearchPipeline(
+        backend,
+        list(encoders),
+        candidates=candidates,
+        dense_candidates=dense_candidates,
+        **({"fusion": fusion} if fusion else {}),
+    )
+    questions = [q.question for q in benchmark.queries]
+    vectors = [e.encode_questions(questions) for e in encoders]
+    window = candidates + dense_candidates + 1  # every candidate, the query's own included
+    lists = []
+    for i, q in enumerate(benchmark.queries):
+        vector = (
+            {e.fingerprint: v[i] for e, v in zip(encoders, vectors, strict=True)}
+            if len(encoders) > 1
+            else vectors[0][i]
+        )
+        found = pipeline.search(q.question.text, window, "dense", None, vector, with_text=False)
+        found = [r for r in found if r.cosine is not None]
+        cosines = [
+            np.array([r.cosines[m] if r.cosines else r.cosine for r in found])
+            for m in range(len(encoders))
+        ]
+        x = signals(np.array([r.bm25 for r in found], dtype=np.float64), cosines)
+        keep = np.array([r.id != q.id for r in found], dtype=bool)
+        labels = np.array([r.id in q.relevant for r in found], dtype=bool)
+        lists.append(CandidateList(q.id, benchmark.split, x[keep], labels[keep], len(q.relevant)))
+    return lists
+
+
+def tune(
+    data_dir: Path | None,
+    encoders: Sequence,
+    open_index: Callable[[str], AbstractContextManager[Backend]],
+    folds: int,
+    method: str = "auto",
+    dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
+    names: Sequence[str] | None = None,
+) -> tuple[dict, Fusion]:
+    """Cross-validate the fusions over the forum's train split; (the comparison of
+    :func:`compare_fusions`, the chosen fusion refitted on every train query)."""
+    benchmark = load_benchmark("stackexchange", SPLIT, data_dir)
+    with ExitStack() as stack:
+        backend = stack.enter_context(open_index(eval_index_name(benchmark, index_key(encoders))))
+        lists = candidate_lists(benchmark, backend, encoders, dense_candidates)
+    labels = list(names) if names else [Path(e.model_dir).name for e in encoders]
+    result = compare_fusions(lists, ["bm25", *labels], folds, method, measure=MEASURE)
+    result["record"]["dense_candidates"] = dense_candidates
+    result["record"]["candidates_per_query"] = float(np.mean([len(c.labels) for c in lists]))
+    result["record"]["originals_in_candidates"] = 100 * float(
+        np.sum([c.labels.sum() for c in lists]) / max(1, sum(c.relevant for c in lists))
+    )
+    fusion = fusion_from(result, [e.fingerprint for e in encoders], dataset="stackexchange")
+    return result, fusion

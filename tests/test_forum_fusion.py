@@ -1,0 +1,94 @@
+"""`qres tune-fusion --dataset stackexchange`: the fusion cross-validated on a forum's train
+split, its candidates those the production pipeline rescores, then applied to the test split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from qres.cli import cli
+from qres.encoders.runtime import Encoder
+from qres.evaluation import forum_fusion
+from qres.evaluation.fusion_fit import CandidateList, query_metrics
+from qres.evaluation.rankers import open_eval_index
+from qres.evaluation.runner import eval_index_name, load_benchmark
+from tests.test_forum_evaluation import LINKS, write_forum
+
+GRU = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
+
+
+def test_an_original_the_candidates_missed_counts_against_ndcg():
+    both = CandidateList("q", "train", np.array([[1.0, 0.9], [0.5, 0.1]]), np.array([1, 0], bool))
+    assert query_metrics("rrf", None, both)["AP"] == 1.0  # SemEval: the list is all there is
+    assert "nDCG@10" not in query_metrics("rrf", None, both)
+    found = query_metrics("rrf", None, CandidateList(**{**both.__dict__, "relevant": 1}))
+    missed = query_metrics("rrf", None, CandidateList(**{**both.__dict__, "relevant": 2}))
+    assert found["nDCG@10"] == 1.0 and found["R@10"] == 1.0
+    assert missed["nDCG@10"] < 1.0 and missed["R@10"] == 0.5
+
+
+def test_candidate_lists_hold_every_rescored_candidate_but_the_query(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", LINKS)
+    benchmark = load_benchmark("stackexchange", "train", folder)
+    encoder = Encoder.load(GRU)
+    with open_eval_index(None, eval_index_name(benchmark, "gru")) as backend:
+        lists = forum_fusion.candidate_lists(benchmark, backend, [encoder], dense_candidates=100)
+    assert [c.query_id for c in lists] == ["15", "11", "12", "13"]  # train only
+    for c, q in zip(lists, benchmark.queries, strict=True):
+        # 10 questions: BM25's and the nearest together are the whole forum, but the query
+        assert len(c.labels) == 9 and c.labels.sum() == len(q.relevant) == c.relevant
+        assert c.x.shape == (9, 2) and np.all(c.x[:, 0] <= 1.0) and np.all(np.abs(c.x[:, 1]) <= 1)
+
+
+def test_tune_fusion_on_a_forum_then_evaluate_its_test_split(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", LINKS)
+    out, report = tmp_path / "fusion.json", tmp_path / "report.json"
+    base = ["--dataset", "stackexchange", "--data-dir", str(folder), "--model", str(GRU)]
+    result = CliRunner().invoke(
+        cli,
+        ["--json", "tune-fusion", *base, "--cv", "2", "--out", str(out), "--report", str(report)],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["record"]["queries"] == 4 and summary["record"]["measure"] == "nDCG@10"
+    assert set(summary["methods"]) == {"bm25", "default", "weighted-sum", "rrf", "pairwise-linear"}
+    ndcg = summary["methods"][summary["chosen"]]["train"]["nDCG@10"]
+    assert ndcg == max(summary["methods"][m]["train"]["nDCG@10"] for m in forum_fusion_methods())
+    fusion = json.loads(out.read_text())
+    assert fusion["tuned_on"] == "stackexchange/train"
+    assert set(fusion["cv"]["fold_of"]) == {"15", "11", "12", "13"}  # the test query 14 unseen
+    assert (
+        not (GRU / "fusion.json").exists()
+        or "stackexchange" not in (GRU / "fusion.json").read_text()
+    )  # --out: the model directory is left alone
+    assert set(json.loads(report.read_text())["per_query"]["bm25"]) == {"15", "11", "12", "13"}
+    evaluated = CliRunner().invoke(
+        cli,
+        ["--json", "evaluate", *base, "--split", "test", "--ranker", "hybrid"]
+        + ["--fusion", str(out)],
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    (evaluation,) = json.loads(evaluated.stdout)
+    assert evaluation["split"] == "test" and evaluation["metrics"]["queries"] == 1
+
+
+def forum_fusion_methods():
+    from qres.ranking.fusion import METHODS
+
+    return METHODS
+
+
+def test_tune_fusion_on_a_forum_names_a_missing_dump(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(
+        cli,
+        ["tune-fusion", "--dataset", "stackexchange", "--data-dir", str(tmp_path / "nowhere")]
+        + ["--model", str(GRU)],
+    )
+    assert result.exit_code != 0 and "Posts.xml: not found" in result.output
+    assert "Traceback" not in result.output
