@@ -23,6 +23,7 @@ import numpy as np
 
 from qres.backends.base import Backend
 from qres.evaluation.benchmark import Benchmark
+from qres.evaluation.forum import FORUM_DEPTH
 from qres.evaluation.fusion_fit import CandidateList, compare_fusions, fusion_from
 from qres.evaluation.rankers import ensure_index
 from qres.evaluation.runner import eval_index_name, load_benchmark
@@ -59,23 +60,21 @@ def candidate_lists(
     )
     questions = [q.question for q in benchmark.queries]
     vectors = [e.encode_questions(questions) for e in encoders]
-    window = candidates + dense_candidates + 1  # every candidate, the query's own included
+    # BM25's window as evaluation searches (its top FORUM_DEPTH + the query's own question).
+    window = max(FORUM_DEPTH + 1, candidates)
     lists = []
     for i, q in enumerate(benchmark.queries):
-        vector = (
-            {e.fingerprint: v[i] for e, v in zip(encoders, vectors, strict=True)}
-            if len(encoders) > 1
-            else vectors[0][i]
-        )
-        found = pipeline.search(q.question.text, window, "dense", None, vector, with_text=False)
-        found = [r for r in found if r.cosine is not None]
-        cosines = [
-            np.array([r.cosines[m] if r.cosines else r.cosine for r in found])
-            for m in range(len(encoders))
-        ]
-        x = signals(np.array([r.bm25 for r in found], dtype=np.float64), cosines)
-        keep = np.array([r.id != q.id for r in found], dtype=bool)
-        labels = np.array([r.id in q.relevant for r in found], dtype=bool)
+        by_model = {e.fingerprint: v[i] for e, v in zip(encoders, vectors, strict=True)}
+        vector = by_model if len(encoders) > 1 else vectors[0][i]
+        found = pipeline.candidate_set(q.question.text, window, vector)
+        if len(encoders) > 1:
+            cosines = [found.cosines[e.fingerprint] for e in encoders]
+        else:
+            cosines = [found.cosine]
+        x = signals(np.asarray(found.scores, dtype=np.float64), cosines)
+        ids = found.ids(range(len(found)))
+        keep = np.array([d != q.id for d in ids], dtype=bool) & np.asarray(found.has_vector)
+        labels = np.array([d in q.relevant for d in ids], dtype=bool)
         lists.append(CandidateList(q.id, benchmark.split, x[keep], labels[keep], len(q.relevant)))
     return lists
 

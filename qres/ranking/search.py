@@ -332,11 +332,7 @@ class SearchPipeline:
             raise ValueError("an index of several models needs a query vector per model")
         if self._keyed and not isinstance(query_vector, dict):
             query_vector = {self.encoder.fingerprint: query_vector}
-        found = self.backend.candidates(text, window, only_ids, query_vector)
-        # A query that matches no indexed word still finds nothing (its vector alone is noise).
-        dense = only_ids is None and self.dense_candidates > 0 and len(found)
-        if dense and self.backend.supports_nearest:
-            found = self._with_nearest(text, found, query_vector)
+        found = self.candidate_set(text, window, query_vector, only_ids)
         if not len(found):
             return []
         bm25 = found.scores.astype(np.float32)
@@ -360,6 +356,18 @@ class SearchPipeline:
             )
             for qid, i in zip(found.ids(order), order, strict=True)
         ]
+
+    def candidate_set(
+        self, text: str, window: int, query_vector, only_ids: Sequence[str] | None = None
+    ) -> Candidates:
+        """What dense and hybrid rescore: BM25's top ``window`` (or ``only_ids``) with their
+        cosines, and, searching the whole index, the nearest questions joining them."""
+        found = self.backend.candidates(text, window, only_ids, query_vector)
+        # A query that matches no indexed word still finds nothing (its vector alone is noise).
+        dense = only_ids is None and self.dense_candidates > 0 and len(found)
+        if dense and self.backend.supports_nearest:
+            found = self._with_nearest(text, found, query_vector)
+        return found
 
     def _with_nearest(self, text: str, found: Candidates, query_vector) -> Candidates:
         """``found`` and, after it, each model's nearest questions it does not hold."""
