@@ -77,6 +77,19 @@ def test_tune_fusion_on_a_forum_then_evaluate_its_test_split(tmp_path, monkeypat
     assert evaluation["split"] == "test" and evaluation["metrics"]["queries"] == 1
 
 
+def test_held_out_fits_on_the_newest_train_queries_only(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", LINKS)
+    base = ["--dataset", "stackexchange", "--data-dir", str(folder), "--model", str(GRU)]
+    out = tmp_path / "fusion.json"
+    # the train split's newest tenth of 4 queries is one (13): too few for 2 folds
+    result = CliRunner().invoke(cli, ["tune-fusion", *base, "--held-out", "--out", str(out)])
+    assert result.exit_code != 0 and "1 queries cannot be cross-validated in 5 folds" in (
+        result.output
+    )
+    assert "Traceback" not in result.output and not out.exists()
+
+
 def forum_fusion_methods():
     from qres.ranking.fusion import METHODS
 

@@ -41,7 +41,6 @@ from qres.text import tokenize
 
 DATASETS = ("semeval2016", "askubuntu", "stackexchange")
 FORUM_HARD_NEGATIVES = 20  # BM25 hits per forum train query kept as its hard negatives
-FORUM_DEV_FRACTION = 0.1  # the newest train-split queries that choose the epoch
 
 HardNegatives = Callable[[Question], Sequence[str]]
 
@@ -171,7 +170,7 @@ def load_stackexchange(folder: Path | None) -> TrainingData:
     import tempfile
 
     from qres.backends.embedded import EmbeddedBackend
-    from qres.datasets.forum_duplicates import load_forum_duplicates
+    from qres.datasets.forum_duplicates import held_out_cut, load_forum_duplicates
 
     forum = load_forum_duplicates(folder, "train")
     questions = {q.id: q for q in read_corpus(forum.posts, "stackexchange")}
@@ -188,7 +187,7 @@ def load_stackexchange(folder: Path | None) -> TrainingData:
                 labelled.append((q, negatives[:FORUM_HARD_NEGATIVES]))
         finally:
             index.close()
-    cut = len(labelled) - max(1, round(FORUM_DEV_FRACTION * len(labelled)))
+    cut = held_out_cut(len(labelled))
     train = [TrainQuery(q.id, sorted(q.relevant), negatives) for q, negatives in labelled[:cut]]
     dev = [
         RankingQuery(q.id, [*sorted(q.relevant), *negatives], q.relevant, question=q.question)

@@ -6,7 +6,9 @@ negative: on SemEval one of the query's own non-relevant candidates; on a StackE
 (``--dataset stackexchange``) one of BM25's top hits over the whole forum for the query, its
 originals left out (:func:`qres.training.data.load_stackexchange`), drawn afresh each epoch,
 from the train split only (its newest tenth, which the GRU path keeps to choose its epoch,
-is trained on too: no epoch is chosen here). The loss is the in-batch softmax
+is trained on too: no epoch is chosen here, unless ``hold_out`` keeps it out so that
+``qres tune-fusion --dataset stackexchange --held-out`` can fit the fusion on queries the
+encoder never saw). The loss is the in-batch softmax
 (multiple-negatives ranking, scale 20): every other example's positive and every hard
 negative in the batch are negatives. AdamW with linear warm-up over the first 10% of the
 steps. A fixed number of epochs is run: no dev set is read, so dev stays unseen. Questions
@@ -56,13 +58,15 @@ class ForumTriples:
     """A forum's train-split (duplicate, original) pairs, each with a hard negative drawn
     anew per epoch from BM25's top :data:`FORUM_NEGATIVE_POOL` hits for the duplicate."""
 
-    def __init__(self, data_dir: Path | None):
+    def __init__(self, data_dir: Path | None, hold_out: bool = False):
         from qres.training.data import load_stackexchange
 
         data = load_stackexchange(data_dir)
         self.questions = data.questions
+        self.held_out = len(data.dev) if hold_out else 0
         every = [(q.id, q.positives, q.negatives) for q in data.train]
-        every += [(q.id, sorted(q.relevant), _non_relevant(q)) for q in data.dev]
+        if not hold_out:
+            every += [(q.id, sorted(q.relevant), _non_relevant(q)) for q in data.dev]
         self.pairs = [
             (query, positive, negatives[:FORUM_NEGATIVE_POOL])
             for query, positives, negatives in every
@@ -97,6 +101,7 @@ def finetune(
     threads: int = 2,
     log=print,
     dataset: str = "semeval2016",
+    hold_out: bool = False,
 ) -> dict:
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
@@ -105,7 +110,7 @@ def finetune(
     rng = random.Random(seed)
     forum_run = dataset == "stackexchange"
     if forum_run:
-        forum = ForumTriples(data_dir)
+        forum = ForumTriples(data_dir, hold_out)
         draw = forum.draw
     else:
         triples = training_triples(data_dir, seed)
@@ -152,7 +157,8 @@ def finetune(
     model.save(str(out_dir))
     record = {
         "base": str(base),
-        "data": DATA_NOTES[dataset],
+        "data": DATA_NOTES[dataset]
+        + (f"; its newest {forum.held_out} queries held out" if forum_run and hold_out else ""),
         "pairs": n_pairs,
         "epochs": epochs,
         "lr": lr,

@@ -34,6 +34,12 @@ from qres.cli.group import (
 )
 @dense_candidates_option
 @click.option(
+    "--held-out",
+    is_flag=True,
+    help="stackexchange: only the newest tenth of the train split, the queries an encoder "
+    "fine-tuned with `qres train --hold-out` never saw.",
+)
+@click.option(
     "--model",
     "models",
     type=click.Path(file_okay=False, path_type=Path),
@@ -81,6 +87,7 @@ def tune_fusion_command(
     obj: Context,
     dataset,
     dense_candidates,
+    held_out,
     models,
     model_set,
     out,
@@ -123,7 +130,8 @@ def tune_fusion_command(
     if not models:
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     if dataset == "stackexchange":
-        _tune_forum(obj, models, out, folds or 5, method, report, data_dir, dense_candidates)
+        forum = (folds or 5, method, report, data_dir, dense_candidates, held_out)
+        _tune_forum(obj, models, out, *forum)
         return
     data_dir = data_dir or default_data_dir()
     encoders = [obj.load_encoder(m) for m in models]
@@ -201,7 +209,7 @@ def _tune_fusion_cv(
     console.print(f"kept {best} ({where})")
 
 
-def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candidates):
+def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candidates, held_out):
     from qres.evaluation import forum_fusion
     from qres.evaluation.rankers import open_eval_index
 
@@ -214,6 +222,7 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
         method,
         dense_candidates,
         names=[Path(m).name for m in models],
+        held_out=held_out,
     )
     saved = fusion.save_file(out) if out is not None else None
     if saved is None and len(models) == 1:
@@ -227,7 +236,7 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
         obj.emit(summary)
         return
     table = Table(
-        title=f"{folds}-fold CV over the forum's {record['queries']} train-split queries "
+        title=f"{folds}-fold CV over {record['queries']} of the forum's train-split queries "
         f"({record['candidates_per_query']:.0f} candidates each, "
         f"{record['originals_in_candidates']:.2f}% of originals among them)"
     )

@@ -29,6 +29,9 @@ from qres.datasets.benchmarks import RankingQuery, default_data_dir
 DUPLICATE = "3"
 SPLITS = ("all", "train", "test")
 TRAIN_SHARE = 0.8
+# The newest train-split queries kept out of training: the GRU path chooses its epoch on
+# them, and a transformer fine-tuned with --hold-out leaves them for fitting the fusion.
+HELD_OUT_SHARE = 0.1
 DEFAULT_FOLDER = "stackexchange-travel"
 
 
@@ -95,6 +98,12 @@ def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDup
     ]
     cut_date = ordered[cut][0] if cut < len(ordered) else ""
     return ForumDuplicates(queries, posts, links, cut_date)
+
+
+def held_out_cut(n_train: int) -> int:
+    """Where the newest :data:`HELD_OUT_SHARE` (at least one) of ``n_train`` train-split
+    queries, in date order, begin."""
+    return n_train - max(1, round(HELD_OUT_SHARE * n_train))
 
 
 def _by_date_then_id(item: tuple[str, str]) -> tuple[str, int, str]:

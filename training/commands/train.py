@@ -64,6 +64,13 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     "sentence-transformers OUT --out MODEL_DIR`.",
 )
 @click.option(
+    "--hold-out",
+    is_flag=True,
+    help="transformer on stackexchange: keep the newest tenth of the train split out of "
+    "fine-tuning, for `qres tune-fusion --dataset stackexchange --held-out` (a fusion fitted "
+    "on the queries an encoder was trained on trusts its cosine far too much).",
+)
+@click.option(
     "--hidden",
     type=int,
     help="Hidden size [default: the paper's: rcnn 400, gru 280, "
@@ -159,13 +166,15 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
     show_default=True,
     help="bf16 or fp16: mixed precision (autocast) on a CUDA device; the CPU trains in fp32.",
 )
-def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
+def train(out_dir: Path, resume: bool, base: Path | None, hold_out: bool, **options) -> None:
     """Train a question encoder with the max-margin loss, early-stopped on dev MAP."""
     require_torch()
+    if hold_out and (options["encoder"], options["dataset"]) != ("transformer", "stackexchange"):
+        fail("--hold-out is for --encoder transformer --dataset stackexchange")
     if options["precision"] != "fp32" and options["encoder"] in ("transformer", "bowcnn"):
         fail(f"--precision {options['precision']}: for the rcnn, gru, lstm, cnn, bigru encoders")
     if options["encoder"] == "transformer":
-        _finetune_transformer(out_dir, base, options)
+        _finetune_transformer(out_dir, base, options, hold_out)
         return
     from rich.console import Console
 
@@ -189,7 +198,7 @@ def train(out_dir: Path, resume: bool, base: Path | None, **options) -> None:
         console.print(line)
 
 
-def _finetune_transformer(out_dir: Path, base: Path | None, options: dict) -> None:
+def _finetune_transformer(out_dir: Path, base: Path | None, options: dict, hold_out: bool) -> None:
     """``--encoder transformer``: in-batch + hard-negative fine-tuning of --base."""
     if base is None:
         fail("--encoder transformer needs --base DIR (a sentence-transformers model)")
@@ -212,6 +221,7 @@ def _finetune_transformer(out_dir: Path, base: Path | None, options: dict) -> No
             options.get("data_dir"),
             device=options["device"],
             dataset=options["dataset"],
+            hold_out=hold_out,
             **explicit,
         )
     except (CorpusError, EncoderImportError) as err:
