@@ -131,8 +131,7 @@ def tune_fusion_command(
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     if dataset == "stackexchange":
         forum = (folds or 5, method, report, data_dir, dense_candidates, held_out)
-        _tune_forum(obj, models, out, *forum)
-        return
+        return _tune_forum(obj, models, out, *forum)
     data_dir = data_dir or default_data_dir()
     encoders = [obj.load_encoder(m) for m in models]
     if folds is None and len(models) > 1:
@@ -224,12 +223,10 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
         names=[Path(m).name for m in models],
         held_out=held_out,
     )
-    saved = fusion.save_file(out) if out is not None else None
-    if saved is None and len(models) == 1:
-        saved = fusion.save(models[0])
-    record = result["record"]
-    summary = {"chosen": result["chosen"], "params": result["params"], "methods": result["rows"]}
-    summary |= {"saved": str(saved) if saved else None, "record": record}
+    one = fusion.save(models[0]) if len(models) == 1 and out is None else None
+    saved = fusion.save_file(out) if out is not None else one
+    record, summary = result["record"], {k: result[k] for k in ("chosen", "params")}
+    summary |= {"methods": result["rows"], "saved": str(saved) if saved else None, "record": record}
     if report:
         report.write_text(json.dumps({**summary, "per_query": result["per_query"]}, indent=1))
     if obj.as_json:
