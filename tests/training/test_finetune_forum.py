@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from qres.training import finetune_transformer as ft
-from qres.training.commands import train
+from qres.training.commands.train import train
 from tests.test_forum_evaluation import LINKS, write_forum
 
 os.environ["HF_HUB_OFFLINE"] = "1"
