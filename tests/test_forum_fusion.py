@@ -90,6 +90,17 @@ def test_held_out_fits_on_the_newest_train_queries_only(tmp_path, monkeypatch):
     assert "Traceback" not in result.output and not out.exists()
 
 
+def test_tune_fusion_on_a_forum_prints_its_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", LINKS)
+    args = ["tune-fusion", "--dataset", "stackexchange", "--data-dir", str(folder)]
+    args += ["--model", str(GRU), "--cv", "2", "--out", str(tmp_path / "f.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "2-fold CV over 4 of the forum's train-split queries" in result.output
+    assert "(kept)" in result.output and "the test split was not read" in result.output
+
+
 def forum_fusion_methods():
     from qres.ranking.fusion import METHODS
 

@@ -131,7 +131,8 @@ def tune_fusion_command(
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     if dataset == "stackexchange":
         forum = (folds or 5, method, report, data_dir, dense_candidates, held_out)
-        return _tune_forum(obj, models, out, *forum)
+        _tune_forum(obj, models, out, *forum)
+        return
     data_dir = data_dir or default_data_dir()
     encoders = [obj.load_encoder(m) for m in models]
     if folds is None and len(models) > 1:
@@ -213,20 +214,15 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
     from qres.evaluation.rankers import open_eval_index
 
     encoders = [obj.load_encoder(m) for m in models]
-    result, fusion = forum_fusion.tune(
-        data_dir,
-        encoders,
-        lambda name: open_eval_index(obj.backend_name, name),
-        folds,
-        method,
-        dense_candidates,
-        names=[Path(m).name for m in models],
-        held_out=held_out,
-    )
-    one = fusion.save(models[0]) if len(models) == 1 and out is None else None
-    saved = fusion.save_file(out) if out is not None else one
-    record, summary = result["record"], {k: result[k] for k in ("chosen", "params")}
-    summary |= {"methods": result["rows"], "saved": str(saved) if saved else None, "record": record}
+    open_index = lambda name: open_eval_index(obj.backend_name, name)  # noqa: E731
+    forum = (folds, method, dense_candidates, [Path(m).name for m in models], held_out)
+    result, fusion = forum_fusion.tune(data_dir, encoders, open_index, *forum)
+    saved = fusion.save_file(out) if out is not None else None
+    if saved is None and len(models) == 1:
+        saved = fusion.save(models[0])
+    record = result["record"]
+    summary = {"chosen": result["chosen"], "params": result["params"], "methods": result["rows"]}
+    summary |= {"saved": str(saved) if saved else None, "record": record}
     if report:
         report.write_text(json.dumps({**summary, "per_query": result["per_query"]}, indent=1))
     if obj.as_json:
@@ -234,7 +230,7 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
         return
     table = Table(
         title=f"{folds}-fold CV over {record['queries']} of the forum's train-split queries "
-        f"({record['candidates_per_query']:.0f} candidates each, "
+        f"({record['candidates_per_query']:.0f} candidates on average, "
         f"{record['originals_in_candidates']:.2f}% of originals among them)"
     )
     for column in ("ranker", "nDCG@10", "R@10", "MRR", "MAP", "ΔnDCG@10 vs bm25 [95% CI]"):
