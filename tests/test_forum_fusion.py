@@ -116,3 +116,21 @@ def test_tune_fusion_on_a_forum_names_a_missing_dump(tmp_path, monkeypatch):
     )
     assert result.exit_code != 0 and "Posts.xml: not found" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_split_other_than_train_is_refused_for_a_forum_before_anything_is_read(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    args = ["tune-fusion", "--dataset", "stackexchange", "--data-dir", str(tmp_path / "nowhere")]
+    args += ["--model", str(GRU)]
+    refused = CliRunner().invoke(cli, [*args, "--split", "dev"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert "Invalid value for --split: the forum fusion is always fitted on the forum's train " in (
+        refused.output
+    )
+    assert "its test split is never read" in refused.output
+    assert "Posts.xml" not in refused.output  # refused before the forum is looked for
+    for split in ([], ["--split", "train"]):  # the default, or the split it fits on: read on
+        result = CliRunner().invoke(cli, [*args, *split])
+        assert result.exit_code == 1 and "Posts.xml: not found" in result.output

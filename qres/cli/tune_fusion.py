@@ -29,8 +29,8 @@ from qres.cli.group import (
     type=click.Choice(["semeval2016", "stackexchange"]),
     default="semeval2016",
     show_default=True,
-    help="stackexchange: cross-validate (--cv, default 5) over the forum's train split of "
-    "duplicate links, each query searching the whole forum; the test split is never read.",
+    help="stackexchange: cross-validate (--cv, default 5) over the forum's train split (not "
+    "--split) of duplicate links, each query searching the whole forum; test split never read.",
 )
 @dense_candidates_option
 @click.option(
@@ -123,6 +123,7 @@ def tune_fusion_command(
       qres evaluate --dataset stackexchange --split test --model models/minilm-travel
     """
     from qres.datasets.benchmarks import default_data_dir
+    from qres.evaluation import forum_fusion
     from qres.evaluation.fusion_fit import candidate_scores, tune_fusion
     from qres.evaluation.rankers import open_eval_index
 
@@ -130,6 +131,9 @@ def tune_fusion_command(
     if not models:
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     if dataset == "stackexchange":
+        source = click.get_current_context().get_parameter_source("split")
+        if source != click.core.ParameterSource.DEFAULT and split != forum_fusion.SPLIT:
+            raise click.BadParameter(forum_fusion.SPLIT_FIXED, param_hint="--split")
         forum = (folds or 5, method, report, data_dir, dense_candidates, held_out)
         _tune_forum(obj, models, out, *forum)
         return

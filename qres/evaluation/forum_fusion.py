@@ -36,6 +36,11 @@ from qres.ranking.search import DEFAULT_CANDIDATES, DEFAULT_DENSE_CANDIDATES, Se
 
 MEASURE = "nDCG@10"
 SPLIT = "train"
+# What `qres tune-fusion --dataset stackexchange --split dev` says: --split picks a SemEval split.
+SPLIT_FIXED = (
+    f"the forum fusion is always fitted on the forum's {SPLIT} split (by cross-validation) and "
+    "its test split is never read; leave out --split, which picks a SemEval split"
+)
 
 
 def index_key(encoders) -> str:
