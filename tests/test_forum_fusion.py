@@ -4,17 +4,20 @@ split, its candidates those the production pipeline rescores, then applied to th
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
 
 from qres.cli import cli
+from qres.encoders.manifest import open_model
 from qres.encoders.runtime import Encoder
 from qres.evaluation import forum_fusion
 from qres.evaluation.fusion_fit import CandidateList, query_metrics
 from qres.evaluation.rankers import open_eval_index
 from qres.evaluation.runner import eval_index_name, load_benchmark
+from qres.ranking.fusion import Fusion
 from tests.test_forum_evaluation import LINKS, write_forum
 
 GRU = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
@@ -134,3 +137,18 @@ def test_a_split_other_than_train_is_refused_for_a_forum_before_anything_is_read
     for split in ([], ["--split", "train"]):  # the default, or the split it fits on: read on
         result = CliRunner().invoke(cli, [*args, *split])
         assert result.exit_code == 1 and "Posts.xml: not found" in result.output
+
+
+def test_out_onto_the_models_own_fusion_json_keeps_its_manifest(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    model = tmp_path / "gru"
+    shutil.copytree(GRU, model)
+    folder = write_forum(tmp_path / "forum", LINKS)
+    args = ["tune-fusion", "--dataset", "stackexchange", "--data-dir", str(folder)]
+    args += ["--model", str(model), "--cv", "2", "--out", str(model / "fusion.json")]
+    result = CliRunner().invoke(cli, ["--json", *args])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["saved"] == str(model / "fusion.json")
+    assert open_model(model).files["fusion.json"] == "fusion"  # listed with its new sha256
+    assert Encoder.load(model).fingerprint == Encoder.load(GRU).fingerprint
+    assert Fusion.load(model).tuned_on == "stackexchange/train"

@@ -75,3 +75,23 @@ def test_search_uses_the_fusion_the_manifest_lists(model, run, tmp_path):
         hybrid = pipeline.search("wifi drops", 5)
         dense = pipeline.search("wifi drops", 5, "dense")
     assert [r.id for r in hybrid] == [r.id for r in dense]
+
+
+def test_a_fusion_file_written_onto_the_models_own_fusion_json_is_listed(model, tmp_path):
+    own = json.loads((model / "model.json").read_text())["fingerprint"]
+    for fitted in (None, {"fingerprints": [own]}):  # fitted for nothing named, or this model
+        tuned = Fusion(bm25=0.2, cosine=0.8, source="test", cv=fitted)
+        assert tuned.save_file(model / "fusion.json") == model / "fusion.json"
+        assert Fusion.load(model) == tuned  # verified against the manifest on the way
+    elsewhere = Fusion(bm25=0.1, cosine=0.9).save_file(tmp_path / "fusion.json")
+    assert Fusion.read(elsewhere).bm25 == 0.1  # no model card beside it: a file of its own
+    assert Fusion.load(model) == tuned
+
+
+def test_a_fusion_of_other_models_is_not_written_into_a_model(model):
+    other = Fusion(bm25=0.5, cosine=0.5, cv={"fingerprints": ["0" * 64]})
+    both = Fusion.equal([json.loads((model / "model.json").read_text())["fingerprint"], "0" * 64])
+    for fusion, which in ((other, "another model"), (both, "2 models together")):
+        with pytest.raises(ValueError, match=f"fitted for {which}; write it to a file of its own"):
+            fusion.save_file(model / "fusion.json")
+    assert not (model / "fusion.json").exists() and Fusion.load(model) is DEFAULT

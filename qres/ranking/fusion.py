@@ -96,9 +96,25 @@ class Fusion:
         return replace(self, params=params, cv=None)
 
     def save_file(self, path: str | Path) -> Path:
-        """Write this fusion as a file of its own (what ``--fusion FILE`` reads)."""
-        Path(path).write_text(json.dumps(asdict(self), indent=2))
-        return Path(path)
+        """Write this fusion as a file of its own (what ``--fusion FILE`` reads). A model
+        directory's own ``fusion.json`` is written as :meth:`save` writes it, listed in the
+        manifest (else the model no longer loads); refused if the fusion is another model's."""
+        from qres.encoders.card import CARD_FILE, read_card
+        from qres.encoders.manifest import FUSION_FILE
+
+        path = Path(path)
+        model_dir = path.parent
+        if path.name != FUSION_FILE or not (model_dir / CARD_FILE).is_file():
+            path.write_text(json.dumps(asdict(self), indent=2))
+            return path
+        fitted = self.models or (self.cv or {}).get("fingerprints")
+        if fitted and fitted != [read_card(model_dir / CARD_FILE).get("fingerprint")]:
+            which = "another model" if len(fitted) == 1 else f"{len(fitted)} models together"
+            raise ValueError(
+                f"{path}: the fusion model {model_dir} searches with, but this one was fitted "
+                f"for {which}; write it to a file of its own"
+            )
+        return self.save(model_dir)
 
     def save(self, model_dir: str | Path) -> Path:
         """Write ``fusion.json`` into a model directory and list it in the manifest."""
