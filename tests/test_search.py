@@ -134,3 +134,25 @@ def test_explain_at_80_columns_wraps_titles_between_words_and_names_the_model(ru
     assert all(set(r["cosines"]) == {"gru"} for r in as_json["results"])
     assert all(r["title"] and r["snippet"] for r in as_json["results"])
     assert all(r["answer_count"] is None and r["extras"] == {} for r in as_json["results"])
+
+
+def test_the_table_shows_answer_counts_when_the_index_holds_any(run, tmp_path):
+    counted, plain = tmp_path / "counted.tsv", tmp_path / "plain.tsv"
+    counted.write_text(
+        "id\ttitle\tbody\tanswer_count\n"
+        "a\tboot from usb\tgrub hangs\t3\n"
+        "b\tusb boot menu missing\tno menu at all\t\n"  # a question whose count is not known
+    )
+    plain.write_text("id\ttitle\tbody\na\tboot from usb\tgrub hangs\n")
+    for corpus in (counted, plain):
+        assert run("--index-dir", tmp_path / corpus.stem, "index", corpus).exit_code == 0
+
+    shown = run("--index-dir", tmp_path / "counted", "search", "usb boot")
+    assert shown.exit_code == 0, shown.output
+    lines = [line.split() for line in shown.output.splitlines() if line.split()]
+    assert ["#", "id", "score", "answers", "title"] in lines
+    rows = {cells[1]: cells[3] for cells in lines if cells[0].isdigit()}
+    assert rows == {"a": "3", "b": "-"}
+    without = run("--index-dir", tmp_path / "plain", "search", "usb boot")
+    assert without.exit_code == 0 and "answers" not in without.output
+    assert ["#", "id", "score", "title"] in [line.split() for line in without.output.splitlines()]

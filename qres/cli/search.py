@@ -118,6 +118,9 @@ def search(
     )
     cosines = [f"cos {s}" for s in signals] if signals else []
     numbers = ["score"] + (["bm25", *cosines] if explain else [])
+    # A forum's answer counts (an index may hold none: then no column; "-": not known).
+    answers = any(r.answer_count is not None for r in results)
+    numbers += ["answers"] if answers else []
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("id", overflow="ellipsis", max_width=12)
     for column in numbers:  # a header may wrap between its words ("cos" / "minilm")
@@ -130,6 +133,8 @@ def search(
             each = r.cosines if several else (r.cosine,)
             shown = ["-" if c is None else f"{c:.3f}" for c in each or [None] * len(cosines)]
             extra = [f"{r.bm25:.2f}", *shown]
+        if answers:
+            extra.append("-" if r.answer_count is None else str(r.answer_count))
         table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(r.title))
     stdout.print(table)
 
