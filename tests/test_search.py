@@ -153,6 +153,13 @@ def test_the_table_shows_answer_counts_when_the_index_holds_any(run, tmp_path):
     assert ["#", "id", "score", "answers", "title"] in lines
     rows = {cells[1]: cells[3] for cells in lines if cells[0].isdigit()}
     assert rows == {"a": "3", "b": "-"}
+    explained = run("--index-dir", tmp_path / "counted", "search", "usb boot", "--explain")
+    lines = [line.split() for line in explained.output.splitlines() if line.split()]
+    assert ["#", "id", "score", "bm25", "answers", "title"] in lines  # no cosine: BM25 only
+    assert {cells[1]: cells[4:] for cells in lines if cells[0].isdigit()} == {
+        "a": ["3", "boot", "from", "usb"],
+        "b": ["-", "usb", "boot", "menu", "missing"],
+    }
     without = run("--index-dir", tmp_path / "plain", "search", "usb boot")
     assert without.exit_code == 0 and "answers" not in without.output
     assert ["#", "id", "score", "title"] in [line.split() for line in without.output.splitlines()]

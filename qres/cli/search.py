@@ -130,7 +130,7 @@ def search(
     for i, r in enumerate(results, 1):
         extra = []
         if explain:
-            each = r.cosines if several else (r.cosine,)
+            each = r.cosines if several else ((r.cosine,) if signals else ())  # bm25: none
             shown = ["-" if c is None else f"{c:.3f}" for c in each or [None] * len(cosines)]
             extra = [f"{r.bm25:.2f}", *shown]
         if answers:
