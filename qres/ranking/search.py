@@ -8,7 +8,8 @@ Modes:
 
 Candidates, in dense and hybrid modes: BM25's top ``candidates`` (K) together with the
 ``dense_candidates`` questions nearest to the query vector (:meth:`Backend.nearest`, exact
-cosine search over the stored vectors; in an index of several models, each model's nearest),
+cosine search over the stored vectors; in an index of several models, each model's nearest,
+or for a model set only its transformers' (:data:`qres.encoders.model_set.FIRST_STAGE`)),
 so a duplicate worded unlike its original can still be found. Each dense candidate BM25 did
 not return gets its own BM25 score for the query (0 when it shares no term), and all are
 rescored and fused alike. ``dense_candidates=0``, a backend without nearest-neighbour search,
@@ -159,6 +160,12 @@ class SearchPipeline:
             check_model_matches(backend, e)
         # In an index of several models, query vectors are handed over by fingerprint.
         self._keyed = bool(self.encoders) and len(index_models(backend.metadata())) > 1
+        # The models whose nearest questions join the candidates (None: every model's).
+        self.first_stage: set[str] | None = None
+        if len(self.encoders) > 1:
+            from qres.encoders.model_set import first_stage_of
+
+            self.first_stage = first_stage_of([e.fingerprint for e in self.encoders])
         if len(self.encoders) > 1 and fusion.models != [e.fingerprint for e in self.encoders]:
             raise BackendError(
                 f"the fusion ({fusion.source}) does not fuse models "
@@ -370,11 +377,14 @@ class SearchPipeline:
         return found
 
     def _with_nearest(self, text: str, found: Candidates, query_vector) -> Candidates:
-        """``found`` and, after it, each model's nearest questions it does not hold."""
+        """``found`` and, after it, each first-stage model's nearest questions it does not
+        hold."""
         vectors = query_vector if isinstance(query_vector, dict) else {None: query_vector}
         held = set(found.ids(range(len(found))))
         extra = []
         for fingerprint, vector in vectors.items():
+            if self.first_stage is not None and fingerprint not in self.first_stage:
+                continue
             for hit in self.backend.nearest(vector, self.dense_candidates, model=fingerprint):
                 if hit.id not in held:
                     held.add(hit.id)

@@ -411,6 +411,8 @@ class _TantivyCandidates(Candidates):
     def __init__(self, backend: EmbeddedBackend, searcher, hits: list, query_vector=None):
         self._searcher = searcher
         self._addresses = [address for _, address in hits]
+        self._slots: list[int] = []
+        self._id_at_slot = backend._id_at_slot
         self.scores = np.array([score for score, _ in hits], dtype=np.float64)
         self.cosine = self.has_vector = self.cosines = None
         if query_vector is None:
@@ -418,7 +420,7 @@ class _TantivyCandidates(Candidates):
         queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}
         models = {fp: 0 if fp is None else backend._model_number(fp) for fp in queries}
         slots = searcher.fast_field_values("slot", self._addresses) if hits else []
-        slots = [-1 if s is None else s for s in slots]
+        slots = self._slots = [-1 if s is None else s for s in slots]
         self.cosines, self.has_vector = {}, np.ones(len(slots), bool)
         for fp, vector in queries.items():
             vectors, has = backend._vectors_at(slots, models[fp])
@@ -427,4 +429,12 @@ class _TantivyCandidates(Candidates):
         self.cosine = next(iter(self.cosines.values()))
 
     def ids(self, rows: Sequence[int]) -> list[str]:
-        return [self._searcher.doc(self._addresses[i])["id"][0] for i in rows]
+        # A row's id as the dense first stage already read it (a slot keeps its question
+        # until a rebuild, which empties the map), else from the document store.
+        if not self._slots:
+            return [self._searcher.doc(self._addresses[i])["id"][0] for i in rows]
+        known = self._id_at_slot
+        return [
+            known.get(self._slots[i]) or self._searcher.doc(self._addresses[i])["id"][0]
+            for i in rows
+        ]

@@ -1,0 +1,134 @@
+"""In-process search latency over an existing index, each first stage side by side, as JSON.
+
+    python benchmarks/pipeline_latency.py --index-dir DIR [--queries-from CORPUS]
+                                          [--queries 500] [--k 10]
+
+Opens the index as ``qres search`` does (its own models and fusion) and times, query by query
+and in rotating order so all see the same load:
+
+* ``bm25`` — BM25's top k;
+* ``hybrid_bm25_candidates`` — BM25's top 100 rescored and fused (``--dense-candidates 0``);
+* ``hybrid_dense_first_stage`` — BM25's top 100 joined by the nearest 100 questions of the
+  index's first-stage models (for a model set its transformers,
+  :data:`qres.encoders.model_set.FIRST_STAGE`), what ``qres search`` runs;
+* ``hybrid_every_model_first_stage`` — the same with every model's nearest questions, the
+  peer of the one above on an index of a model set (absent otherwise).
+
+Every query is encoded by every model in each hybrid timing. Queries are the titles of
+``--queries-from`` (any corpus ``qres index`` reads), else synthetic ones
+(benchmarks/synthetic.py). The ratios (``*_over_bm25_candidates_p50``) are the figures to
+compare across loaded machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qres.backends import open_backend
+from qres.corpus.readers import read_corpus
+from qres.paths import repo_shared_data
+from qres.ranking.search import SearchPipeline
+
+
+def summary(times_ms: list[float]) -> dict:
+    return {
+        "p50_ms": round(float(np.percentile(times_ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(times_ms, 99)), 3),
+        "mean_ms": round(float(np.mean(times_ms)), 3),
+    }
+
+
+def query_texts(args) -> list[str]:
+    if args.queries_from:
+        titles = (q.title for q in read_corpus(args.queries_from) if q.title)
+        return list(itertools.islice(titles, args.queries))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from synthetic import SyntheticForum
+
+    return SyntheticForum(args.data_dir).query_texts(args.queries)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--index-dir", type=Path, required=True, help="an index with vectors")
+    parser.add_argument("--queries-from", type=Path, help="corpus whose titles are the queries")
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--k", type=int, default=10, help="results per query")
+    parser.add_argument("--warm-up", type=int, default=30, help="untimed queries per engine")
+    parser.add_argument("--data-dir", type=Path, default=repo_shared_data())
+    args = parser.parse_args()
+
+    backend = open_backend("embedded", args.index_dir)
+    try:
+        result = run(args, backend)
+    finally:
+        backend.close()
+    print(json.dumps(result, indent=2))
+
+
+def run(args, backend) -> dict:
+    queries = query_texts(args)
+    if not queries:
+        raise SystemExit(f"{args.queries_from}: no titles to use as queries")
+    dense = SearchPipeline.for_index(backend)
+    if dense.encoder is None:
+        raise SystemExit(f"{args.index_dir}: the index holds no vectors (index with a model)")
+    bm25_only = SearchPipeline(backend, dense.encoders, dense.fusion, dense_candidates=0)
+    engines = {
+        "bm25": lambda t: dense.search(t, args.k, "bm25", with_text=False),
+        "hybrid_bm25_candidates": lambda t: bm25_only.search(t, args.k, with_text=False),
+        "hybrid_dense_first_stage": lambda t: dense.search(t, args.k, with_text=False),
+    }
+    if dense.first_stage is not None:
+        every = SearchPipeline(backend, dense.encoders, dense.fusion)
+        every.first_stage = None
+        engines["hybrid_every_model_first_stage"] = lambda t: every.search(
+            t, args.k, with_text=False
+        )
+    for search in engines.values():
+        for text in queries[: args.warm_up]:
+            search(text)
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    names = list(engines)
+    for i, text in enumerate(queries):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            start = time.perf_counter()
+            engines[name](text)
+            times[name].append((time.perf_counter() - start) * 1000)
+    latency = {name: summary(t) for name, t in times.items()}
+    base = latency["hybrid_bm25_candidates"]["p50_ms"]
+    return {
+        "benchmark": "pipeline_latency",
+        "index_dir": str(args.index_dir),
+        "questions": backend.count(),
+        "models": [e.fingerprint for e in dense.encoders],
+        "first_stage": sorted(dense.first_stage) if dense.first_stage is not None else "every",
+        "queries": len(queries),
+        "queries_from": str(args.queries_from) if args.queries_from else "synthetic",
+        "k": args.k,
+        "latency": latency,
+        **{
+            f"{name}_over_bm25_candidates_p50": round(latency[name]["p50_ms"] / base, 3)
+            for name in names
+            if name != "hybrid_bm25_candidates"
+        },
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+        },
+    }
+
+
+if __name__ == "__main__":
+    main()
