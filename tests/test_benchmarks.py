@@ -73,3 +73,15 @@ def test_pipeline_latency_times_each_first_stage_over_an_index(tmp_path):
     assert set(result["latency"]) == {"bm25", "hybrid_bm25_candidates", "hybrid_dense_first_stage"}
     assert result["queries"] == 20 and result["first_stage"] == "every"
     assert result["hybrid_dense_first_stage_over_bm25_candidates_p50"] > 0
+
+
+def test_forum_indexing_runs_each_choice_as_a_user_would(tmp_path):
+    demo = REPO / "qres" / "data" / "demo" / "questions.tsv"
+    result = bench(
+        "forum_indexing.py", "--corpus", demo, "--choice", "bm25", "--choice", "gru",
+        "--runs", 1, tmp=tmp_path,
+    )  # fmt: skip
+    assert set(result["choices"]) == {"bm25", "gru"}
+    gru = result["choices"]["gru"]
+    assert gru["questions"] == 330 and gru["questions_per_s"] > 0 and gru["peak_rss_mb"] > 0
+    assert result["wall_over_first"]["bm25"] == 1.0
