@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_latency import machine  # noqa: E402
 from synthetic import SyntheticForum  # noqa: E402
 
+from qres.backends.base import index_models  # noqa: E402
 from qres.backends.embedded import EmbeddedBackend  # noqa: E402
 from qres.encoders.runtime import Encoder  # noqa: E402
 from qres.indexing.pipeline import index_questions  # noqa: E402
@@ -52,6 +53,13 @@ def build_index(index_dir: Path, docs: int, forum: SyntheticForum, model: Path) 
             "questions": backend.count(),
             "seconds_with_encoding": round(report.seconds, 1),
         }
+
+
+def index_models_of(index_dir: Path) -> list[str]:
+    """The index's models, by directory name (several for an index of a model set)."""
+    with EmbeddedBackend(index_dir) as backend:
+        held = index_models(backend.metadata())
+        return [Path(m["model_dir"] or "?").name for m in held]
 
 
 def free_port() -> int:
@@ -166,8 +174,12 @@ def main() -> None:
                 "machine": {**machine(), "load_average": os.getloadavg()},
                 "corpus": {
                     "questions": index["questions"],
-                    "kind": "synthetic, SemEval word distribution",
+                    "kind": "the index found at --index-dir"
+                    if index["reused"]
+                    else "synthetic, SemEval word distribution",
+                    "models": index_models_of(args.index_dir),
                 },
+                "queries": "synthetic, SemEval word distribution",
                 "index": index,
                 "mode": args.mode,
                 "k": 10,

@@ -85,3 +85,22 @@ def test_forum_indexing_runs_each_choice_as_a_user_would(tmp_path):
     gru = result["choices"]["gru"]
     assert gru["questions"] == 330 and gru["questions_per_s"] > 0 and gru["peak_rss_mb"] > 0
     assert result["wall_over_first"]["bm25"] == 1.0
+
+
+def test_serve_load_names_the_index_it_served(shared_data, tmp_path):
+    result = bench(
+        "serve_load.py", "--docs", 200, "--index-dir", tmp_path / "index", "--clients", "1,2",
+        "--seconds", 1, "--warmup", 0.2, "--data-dir", shared_data,
+    )  # fmt: skip
+    assert [level["clients"] for level in result["levels"]] == [1, 2]
+    assert all(level["requests"] > 0 and level["errors"] == 0 for level in result["levels"])
+    assert result["corpus"] == {
+        "questions": 200,
+        "kind": "synthetic, SemEval word distribution",
+        "models": ["default"],
+    }
+    again = bench(
+        "serve_load.py", "--index-dir", tmp_path / "index", "--clients", "1", "--seconds", 0.5,
+        "--warmup", 0.1, "--data-dir", shared_data,
+    )  # fmt: skip
+    assert again["corpus"]["kind"] == "the index found at --index-dir"
