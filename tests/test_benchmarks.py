@@ -104,3 +104,10 @@ def test_serve_load_names_the_index_it_served(shared_data, tmp_path):
         "--warmup", 0.1, "--data-dir", shared_data,
     )  # fmt: skip
     assert again["corpus"]["kind"] == "the index found at --index-dir"
+
+
+def test_nearest_latency_times_the_int8_scan_beside_the_exact_one():
+    result = bench("nearest_latency.py", "--docs", 2000, "--dim", 32, "--queries", 30, "--k", 10)
+    (size,) = result["results"]
+    assert size["docs"] == 2000 and size["nearest_over_exact_scan_p50"] > 0
+    assert size["top_k_agreement"] == 1.0  # random unit vectors: far from ties

@@ -100,6 +100,7 @@ def test_wheel_installs_only_the_qres_package(wheel):
         "qres/es_config/kibana/qres.ndjson",
         "qres/training/train.py",
         "qres/models/default/model.onnx",
+        "qres/backends/embedded/int8_dot.onnx",  # the dense first stage's int8 scan
         "qres/data/demo/questions.tsv",
         "qres/static/widget.js",  # qres serve's widget and demo page
         "qres/static/index.html",

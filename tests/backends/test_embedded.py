@@ -155,3 +155,36 @@ def test_nearest_stays_exact_through_every_kind_of_write(tmp_path):
         assert nearest_ids(reader, query) == want, f"reader after write {step}"
     reader.close()
     writer.close()
+
+
+def test_nearest_over_many_rows_finds_the_exact_top_k_through_its_int8_scan(tmp_path):
+    """With far more live rows than the int8 scan's shortlist, nearest() still returns the
+    exact top k by the stored vectors' cosine, best first, with those cosines as scores."""
+    rng = np.random.default_rng(11)
+    n, dim, k = 3_000, 64, 10
+    rows = rng.normal(size=(n, dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    ids = [f"q{i}" for i in range(n)]
+    with EmbeddedBackend(tmp_path / "ix", create=True) as backend:
+        backend.upsert([Question(i, f"question {i}", "body") for i in ids], rows)
+        backend.commit()
+        stored = rows.astype(np.float16).astype(np.float32)  # what the index keeps
+        for _ in range(20):
+            query = rng.normal(size=dim).astype(np.float32)
+            query /= np.linalg.norm(query)
+            cosines = stored @ query
+            want = [ids[i] for i in np.argsort(-cosines, kind="stable")[:k]]
+            hits = backend.nearest(query, k)
+            assert [h.id for h in hits] == want
+            assert [h.score for h in hits] == pytest.approx(sorted(cosines, reverse=True)[:k])
+
+
+def test_quantised_rows_keep_each_component_within_half_a_step():
+    from qres.backends.embedded.vectors import quantise_rows
+
+    rows = np.random.default_rng(3).normal(size=(50, 32)).astype(np.float32)
+    rows[7] = 0.0  # a zero row (padding) stays zero
+    quantised, scales = quantise_rows(rows)
+    restored = (quantised.astype(np.float32) - 128) * scales[:, None]
+    assert quantised.dtype == np.uint8 and restored[7].tolist() == [0.0] * 32
+    assert np.all(np.abs(restored - rows) <= scales[:, None] / 2 + 1e-6)

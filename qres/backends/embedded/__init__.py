@@ -106,7 +106,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._vectors: dict[int, np.ndarray] = {}  # read-only memory maps, reopened as they grow
         # nearest()'s float32 copies of the vector files (rows are only ever appended, so a
         # copy grows by the new rows; dropped with the memory maps)
-        self._float_vectors: dict[int, np.ndarray] = {}
+        self._scan_vectors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # nearest()'s live rows (keyed by what tells they changed) and the id at each row
         self._live_slots: tuple[tuple, np.ndarray] | None = None
         self._id_at_slot: dict[int, str] = {}
@@ -167,7 +167,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self.stores_extras = "extras" in fields_of(engine)  # not in an index made before
         self._vectors, self._slot_of = {}, {}
         # the swapped-in index numbers its rows anew: nothing read from the old rows holds
-        self._float_vectors, self._live_slots, self._id_at_slot = {}, None, {}
+        self._scan_vectors, self._live_slots, self._id_at_slot = {}, None, {}
         self._identity = identity
         self._generation += 1
         if old_view is not None:
@@ -380,7 +380,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
             os.close(fd)
         self._vector_fds = {}
         self._vectors = {}
-        self._float_vectors = {}
+        self._scan_vectors = {}
         self._live_slots = None
         self._id_at_slot = {}
         self._slot_of.clear()
