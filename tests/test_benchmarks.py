@@ -111,3 +111,21 @@ def test_nearest_latency_times_the_int8_scan_beside_the_exact_one():
     (size,) = result["results"]
     assert size["docs"] == 2000 and size["nearest_over_exact_scan_p50"] > 0
     assert size["top_k_agreement"] == 1.0  # random unit vectors: far from ties
+
+
+def test_first_stage_recall_reports_each_stage_on_the_travel_forum(shared_data, tmp_path):
+    env = {**os.environ, "QRES_HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [
+            sys.executable, str(REPO / "benchmarks" / "first_stage_recall.py"),
+            "--model", str(MODEL), "--data-dir", str(shared_data / "stackexchange-travel"),
+            "--split", "test", "--k", "10",
+        ],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    recall = result["recall_percent"]
+    assert set(recall) == {"bm25", "nearest default", "dense", "union"}
+    assert result["queries"] == 216 and result["first_stage"] == ["default"]
+    assert recall["union"] >= max(recall["bm25"], recall["dense"]) and recall["union"] <= 100
