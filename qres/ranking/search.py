@@ -7,8 +7,8 @@ Modes:
 * ``hybrid`` — the candidates re-ordered by the fused score (:mod:`qres.ranking.fusion`).
 
 Candidates, in dense and hybrid modes: BM25's top ``candidates`` (K) together with the
-``dense_candidates`` questions nearest to the query vector (:meth:`Backend.nearest`, exact
-cosine search over the stored vectors; in an index of several models, each model's nearest,
+``dense_candidates`` questions nearest to the query vector (:meth:`Backend.nearest`, cosine
+search over the stored vectors; in an index of several models, each model's nearest,
 or for a model set only its transformers' (:data:`qres.encoders.model_set.FIRST_STAGE`)),
 so a duplicate worded unlike its original can still be found. Each dense candidate BM25 did
 not return gets its own BM25 score for the query (0 when it shares no term), and all are

@@ -104,8 +104,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._writer = None
         self._vector_fds: dict[int, int] = {}  # model number → open vector file
         self._vectors: dict[int, np.ndarray] = {}  # read-only memory maps, reopened as they grow
-        # nearest()'s float32 copies of the vector files (rows are only ever appended, so a
-        # copy grows by the new rows; dropped with the memory maps)
+        # nearest()'s int8 copies of the vector files and each row's scale (rows are only
+        # ever appended, so a copy grows by the new rows; dropped with the memory maps)
         self._scan_vectors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         # nearest()'s live rows (keyed by what tells they changed) and the id at each row
         self._live_slots: tuple[tuple, np.ndarray] | None = None

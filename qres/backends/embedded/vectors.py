@@ -198,9 +198,9 @@ class VectorFiles:
         """The ``k`` live rows nearest to the query by cosine, in two steps: an int8 scan of
         every stored row (an in-memory copy quantised per row, 1 byte x dims per row) picks
         the best ``max(2k, k + 64)``, then those are ranked by the cosine of their stored
-        vectors. Only the
-        rows live documents point to are ranked. A row the scan misplaces by more than k
-        places is missed; its error is at most ~1/127 of the largest component per term."""
+        vectors. Only the rows live documents point to are ranked. A row the scan misplaces
+        by more than k places is missed; its error is at most ~1/127 of the largest component
+        per term."""
         return self._consistent(lambda: self._nearest(query_vector, k, model))
 
     def _nearest(self, query_vector, k: int, model: str | None) -> list[Hit]:
