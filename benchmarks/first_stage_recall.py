@@ -49,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     first_stage = model_set.first_stage_of(fingerprints) or set(fingerprints)
     several = len(encoders) > 1
     names = {e.fingerprint: Path(d).name for e, d in zip(encoders, dirs, strict=True)}
-    recall = {"bm25": [], **{f"nearest {names[f]}": [] for f in fingerprints}, "dense": []}
-    recall["union"] = []
+    recall: dict[str, list[float]] = {}
     sizes = []
     with open_eval_index(None, eval_index_name(benchmark, index_key(encoders))) as index:
         ensure_index(index, benchmark.corpus, encoders if several else encoders[0])
@@ -68,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                     found["dense"] |= nearest
             found["union"] = found["bm25"] | found["dense"]
             for name, ids in found.items():
-                recall[name].append(100 * len(q.relevant & ids) / len(q.relevant))
+                recall.setdefault(name, []).append(100 * len(q.relevant & ids) / len(q.relevant))
             sizes.append(len(found["union"]))
     print(
         json.dumps(

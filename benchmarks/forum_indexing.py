@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from search_latency import machine  # noqa: E402
+
+from qres.backends.embedded import EmbeddedBackend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOICES = {
@@ -62,8 +67,6 @@ def run_once(corpus: Path, choice: str, workdir: Path) -> dict:
 
 
 def _count(index_dir: Path) -> int:
-    from qres.backends.embedded import EmbeddedBackend
-
     with EmbeddedBackend(index_dir) as backend:
         return backend.count()
 
@@ -108,13 +111,7 @@ def main() -> None:
                 "runs": args.runs,
                 "choices": medians,
                 "wall_over_first": {c: round(m["wall_s"] / first, 2) for c, m in medians.items()},
-                "machine": {
-                    "cpu_count": os.cpu_count(),
-                    "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version(),
-                    "load_average_1m_at_start": round(load_at_start, 2),
-                    "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-                },
+                "machine": {**machine(), "load_average_1m_at_start": round(load_at_start, 2)},
             },
             indent=2,
         )

@@ -25,35 +25,25 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from qres.backends import open_backend
-from qres.corpus.readers import read_corpus
-from qres.paths import repo_shared_data
-from qres.ranking.search import SearchPipeline
+from search_latency import machine, summary  # noqa: E402
+from synthetic import SyntheticForum  # noqa: E402
 
-
-def summary(times_ms: list[float]) -> dict:
-    return {
-        "p50_ms": round(float(np.percentile(times_ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(times_ms, 99)), 3),
-        "mean_ms": round(float(np.mean(times_ms)), 3),
-    }
+from qres.backends import open_backend  # noqa: E402
+from qres.corpus.readers import read_corpus  # noqa: E402
+from qres.paths import repo_shared_data  # noqa: E402
+from qres.ranking.search import SearchPipeline  # noqa: E402
 
 
 def query_texts(args) -> list[str]:
     if args.queries_from:
         titles = (q.title for q in read_corpus(args.queries_from) if q.title)
         return list(itertools.islice(titles, args.queries))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from synthetic import SyntheticForum
-
     return SyntheticForum(args.data_dir).query_texts(args.queries)
 
 
@@ -121,12 +111,7 @@ def run(args, backend) -> dict:
             for name in names
             if name != "hybrid_bm25_candidates"
         },
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "processor": platform.processor() or platform.machine(),
-            "python": platform.python_version(),
-            "load_average_1m_at_end": round(os.getloadavg()[0], 2),
-        },
+        "machine": machine(),
     }
 
 

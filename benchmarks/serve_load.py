@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def build_index(index_dir: Path, docs: int, forum: SyntheticForum, model: Path) -> dict:
     if (index_dir / "meta.json").exists():
         with EmbeddedBackend(index_dir) as backend:
-            return {"reused": True, "questions": backend.count()}
+            return {"reused": True, "questions": backend.count(), "models": model_names(backend)}
     with EmbeddedBackend(index_dir, create=True) as backend:
         report = index_questions(
             backend, forum.questions(docs), encoder=Encoder.load(model), batch_size=512
@@ -51,15 +51,14 @@ def build_index(index_dir: Path, docs: int, forum: SyntheticForum, model: Path) 
         return {
             "reused": False,
             "questions": backend.count(),
+            "models": model_names(backend),
             "seconds_with_encoding": round(report.seconds, 1),
         }
 
 
-def index_models_of(index_dir: Path) -> list[str]:
+def model_names(backend) -> list[str]:
     """The index's models, by directory name (several for an index of a model set)."""
-    with EmbeddedBackend(index_dir) as backend:
-        held = index_models(backend.metadata())
-        return [Path(m["model_dir"] or "?").name for m in held]
+    return [Path(m["model_dir"] or "?").name for m in index_models(backend.metadata())]
 
 
 def free_port() -> int:
@@ -177,7 +176,7 @@ def main() -> None:
                     "kind": "the index found at --index-dir"
                     if index["reused"]
                     else "synthetic, SemEval word distribution",
-                    "models": index_models_of(args.index_dir),
+                    "models": index["models"],
                 },
                 "queries": "synthetic, SemEval word distribution",
                 "index": index,

