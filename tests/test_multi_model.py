@@ -312,6 +312,31 @@ def test_a_model_missing_at_query_time_is_named_in_one_line(tmp_path, models, en
         assert SearchPipeline.for_index(ix, mode="bm25").search("w1 w2", k=3)  # BM25 still works
 
 
+def test_a_model_directory_now_holding_another_model_is_refused_in_one_line(
+    tmp_path, models, encoders
+):
+    """Vectors of the old model are never scored against queries of the new one (a member
+    re-imported with other settings gets another fingerprint at the same path)."""
+    import shutil
+
+    from qres.ranking.search import SearchPipeline
+
+    root = tmp_path / "m"
+    shutil.copytree(models[1], root / "b")
+    build(tmp_path / "ix", make_corpus(50), [encoders[0], Encoder.load(root / "b")])
+    shutil.rmtree(root / "b")
+    other = write_model(root / "b", dim=8, seed=2)
+    with EmbeddedBackend(tmp_path / "ix") as ix:
+        with pytest.raises(BackendError) as err:
+            SearchPipeline.for_index(ix)
+        message = str(err.value)
+        assert message.startswith(
+            f"the index holds vectors of model {encoders[1].fingerprint[:12]} but {other} is "
+            f"now model {Encoder.load(other).fingerprint[:12]}: re-index with"
+        )
+        assert "--rebuild" in message and "\n" not in message
+
+
 def test_query_time_models_and_fusions_must_match_the_index(tmp_path, two_model_index, encoders):
     from qres.ranking.fusion import Fusion
     from qres.ranking.search import SearchPipeline

@@ -91,7 +91,11 @@ def build(
     done = []
     for name in dict.fromkeys(bases + wanted):
         out = member_dir(name)
-        if (out / "model.json").is_file():
+        if (out / "model.json").is_file() and _made_before_title_weights(out):
+            step(f"mixing titles into {name}'s vectors")
+            _upgrade(out)
+            done.append((name, "updated"))
+        elif (out / "model.json").is_file():
             done.append((name, "present"))
         else:
             partial = out.with_name(out.name + ".partial")
@@ -118,6 +122,23 @@ def _derive(base: Path, out: Path, quantize, max_tokens) -> None:
 
     try:
         derive_encoder(base, out, quantize, max_tokens)
+    except EncoderImportError as err:
+        raise BuildError(str(err)) from None
+
+
+def _made_before_title_weights(out: Path) -> bool:
+    """A transformer imported by a qres from before titles were mixed into its vectors."""
+    from qres.encoders.runtime import TRANSFORMER, read_card
+
+    card = read_card(out / "model.json")
+    return card.get("architecture") == TRANSFORMER and "title_weight" not in card
+
+
+def _upgrade(out: Path) -> None:
+    from qres.training.import_encoder import EncoderImportError, set_title_weight
+
+    try:
+        set_title_weight(out)
     except EncoderImportError as err:
         raise BuildError(str(err)) from None
 

@@ -11,6 +11,10 @@ Every import is checked: the directory is loaded back through :class:`qres.encod
 and must match sentence-transformers within 1e-4 on texts of 1, 7 and ``max_seq_tokens``
 tokens (and longer ones, cut). ``quantize="int8"`` adds onnxruntime dynamic quantisation of
 the weights (MatMul/Gemm to int8); its parity is reported, not enforced.
+
+A question's vector mixes in its title alone (the card's ``title_weight``,
+:data:`TITLE_WEIGHT` unless told; :mod:`qres.encoders.runtime`), which the parity check does
+not see: it encodes texts without a body, whose vector is the text's either way.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from qres.encoders.card import card_fingerprint
 from qres.encoders.manifest import core_roles, manifest, write_card
 from qres.encoders.runtime import CARD_FORMAT, TRANSFORMER, Encoder, fingerprint
 from qres.training.export import OPSET, onnx_graph
@@ -34,6 +39,13 @@ from qres.training.export import OPSET, onnx_graph
 PARITY_TOLERANCE = 1e-4
 TOKENIZER_FILE = "tokenizer.json"
 GRAPH_FILE = "model.onnx"
+# The best on the travel forum's train split for all-MiniLM-L6-v2 and for it with
+# all-mpnet-base-v2, zero-shot, of 0 to 0.5 (benchmarks/title_weight.py, docs/real-forums.md).
+TITLE_WEIGHT = 0.2
+COMBINE = (
+    "title and body joined into one text, cut to max_seq_tokens; with a body, mixed with the "
+    "title alone: normalise((1 - title_weight) * v(text) + title_weight * v(title))"
+)
 
 
 class EncoderImportError(RuntimeError):
@@ -121,9 +133,13 @@ def texts_of_lengths(tokenizer_file: str | Path, lengths) -> list[str]:
 
 
 def import_sentence_transformer(
-    source: str | Path, out_dir: str | Path, quantize: str | None = None
+    source: str | Path,
+    out_dir: str | Path,
+    quantize: str | None = None,
+    title_weight: float = TITLE_WEIGHT,
 ) -> dict:
     """Write ``out_dir`` (model.onnx, tokenizer.json, model.json); returns the card."""
+    _check_title_weight(title_weight)
     source, out_dir = Path(source), Path(out_dir)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model = load_sentence_transformer(source).eval()
@@ -164,7 +180,8 @@ def import_sentence_transformer(
         "graphs": {"title": GRAPH_FILE, "body": GRAPH_FILE},
         "inputs": {"input_ids": "int64 [batch, length]", "attention_mask": "int64 [batch, length]"},
         "output": "vector: float32 [batch, dim], L2-normalised",
-        "combine": "title and body joined into one text, cut to max_seq_tokens",
+        "combine": COMBINE,
+        "title_weight": title_weight,
         "tokenizer": "tokenizers (Hugging Face)",
         "tokenizer_file": TOKENIZER_FILE,
         "pad_token_id": int(hf_tokenizer.pad_token_id or 0),
@@ -173,7 +190,7 @@ def import_sentence_transformer(
         "max_title_tokens": max_tokens,
         "max_body_tokens": max_tokens,
         "training": {"source": str(source.resolve()), "imported_from": "sentence-transformers"},
-        "fingerprint": fingerprint(out_dir, [GRAPH_FILE], TOKENIZER_FILE),
+        "fingerprint": fingerprint(out_dir, [GRAPH_FILE], TOKENIZER_FILE, title_weight),
     }
     _write_card(out_dir, card)
     worst = parity_error(model, out_dir)
@@ -229,9 +246,34 @@ def derive_encoder(
     elif quantize not in (None, "int8"):
         raise EncoderImportError(f"unknown quantisation {quantize!r} (int8)")
     card["training"] = {**card.get("training", {}), "derived_from": source.card["fingerprint"]}
-    card["fingerprint"] = fingerprint(out_dir, [GRAPH_FILE], TOKENIZER_FILE)
+    card["fingerprint"] = card_fingerprint(out_dir, card)
     _write_card(out_dir, card)
     return card
+
+
+def set_title_weight(model_dir: str | Path, weight: float = TITLE_WEIGHT) -> dict:
+    """Give an imported transformer a new ``title_weight`` in place: its card and so its
+    fingerprint change, its graph and tokenizer do not, and a fusion fitted with its former
+    vectors is removed (fit one again with ``qres tune-fusion``). Returns the card."""
+    from qres.encoders.manifest import open_model
+
+    _check_title_weight(weight)
+    model = open_model(model_dir)
+    card = dict(model.card)
+    if card.get("architecture") != TRANSFORMER:
+        raise EncoderImportError(f"{model.path}: not a transformer model directory")
+    card["title_weight"], card["combine"] = weight, COMBINE
+    card["fingerprint"] = card_fingerprint(model.path, card)
+    card["files"] = manifest(model.path, {n: r for n, r in model.files.items() if r != "fusion"})
+    write_card(model.path, card)
+    for name in {n for n, r in model.files.items() if r == "fusion"}:
+        (model.path / name).unlink()
+    return card
+
+
+def _check_title_weight(weight: float) -> None:
+    if not 0 <= weight < 1:
+        raise EncoderImportError(f"the title weight must be in [0, 1), not {weight}")
 
 
 def parity_error(model, out_dir: Path) -> float:

@@ -20,15 +20,32 @@ class EncoderError(RuntimeError):
 
 
 def fingerprint(
-    model_dir: str | Path, graph_files: Sequence[str], vocab_file: str = VOCAB_FILE
+    model_dir: str | Path,
+    graph_files: Sequence[str],
+    vocab_file: str = VOCAB_FILE,
+    title_weight: float = 0.0,
 ) -> str:
-    """sha256 over the graph files (in the order given) and the vocabulary/tokenizer file."""
+    """sha256 over the graph files (in the order given), the vocabulary/tokenizer file and,
+    when not 0, a transformer's ``title_weight``: it changes every vector the model makes,
+    so vectors made with and without it are never mixed."""
     digest = hashlib.sha256()
     for name in [*graph_files, vocab_file]:
         with open(Path(model_dir) / name, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
+    if title_weight:
+        digest.update(f"title_weight={title_weight!r}".encode())
     return digest.hexdigest()
+
+
+def title_weight(card: dict) -> float:
+    """A transformer's share of the title-alone vector in a question's vector (0: none)."""
+    return float(card.get("title_weight", 0.0))
+
+
+def card_fingerprint(model_dir: str | Path, card: dict) -> str:
+    """The fingerprint of the model directory ``card`` describes, computed from its files."""
+    return fingerprint(model_dir, graph_files(card), vocab_file(card), title_weight(card))
 
 
 def graph_files(card: dict) -> list[str]:
@@ -62,4 +79,7 @@ def read_card(path: Path) -> dict:
         for key, kind in (("tokenizer_file", str), ("max_seq_tokens", int)):
             if not isinstance(card.get(key), kind):
                 raise EncoderError(f"{path}: not a valid model card (bad or missing {key!r})")
+        weight = card.get("title_weight", 0.0)
+        if not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 <= weight < 1:
+            raise EncoderError(f"{path}: not a valid model card ('title_weight' not in [0, 1))")
     return card

@@ -30,7 +30,7 @@ from pathlib import Path
 from qres.encoders.card import (
     CARD_FILE,
     EncoderError,
-    fingerprint,
+    card_fingerprint,
     graph_files,
     read_card,
     vocab_file,
@@ -126,7 +126,7 @@ def open_model(model_dir: str | Path) -> Model:
     for name, role in core_roles(card).items():
         if files.get(name) != role:
             raise EncoderError(f"{model_dir / CARD_FILE}: the manifest does not list {name}")
-    if fingerprint(model_dir, graph_files(card), vocab_file(card)) != card.get("fingerprint"):
+    if card_fingerprint(model_dir, card) != card.get("fingerprint"):
         raise EncoderError(
             f"{model_dir}: files do not match the card's fingerprint (corrupt or edited)"
         )

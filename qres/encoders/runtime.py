@@ -22,6 +22,9 @@ token ids come from a Hugging Face ``tokenizers`` file (the card's ``tokenizer_f
 ``tokenizer.json``; it replaces ``vocab.txt`` in the fingerprint). Title and body are joined
 into one text (:attr:`qres.corpus.readers.Question.text`) cut to ``max_seq_tokens``, as the model's
 sentence-transformers configuration does; pooling and normalisation are inside the graph.
+A card's ``title_weight`` w (0 when absent) mixes in the title alone: a question's vector is
+then normalise((1 − w) · v(title and body) + w · v(title)), its title weighing twice, once
+cut free of a long body; a question without a body (a search query) is v(title) either way.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from qres.encoders.card import (  # noqa: F401 - the card's names, used through 
     fingerprint,
     graph_files,
     read_card,
+    title_weight,
     vocab_file,
 )
 from qres.encoders.manifest import open_model
@@ -460,6 +464,7 @@ class TransformerEncoder(Encoder):
         super().__init__(model_dir, card, tokenizer, sessions, *args, **kwargs)
         self.max_tokens = int(card["max_seq_tokens"])
         self._pad_id = int(card.get("pad_token_id", 0))
+        self.title_weight = title_weight(card)
 
     @staticmethod
     def load_vocab(model_dir: Path, card: dict):
@@ -475,7 +480,9 @@ class TransformerEncoder(Encoder):
         return tokenizer
 
     def tokenizer(self) -> Callable[[Sequence[Question]], list[tuple[list[int], list[int]]]]:
-        return partial(_tokenize_text, self.vocab)
+        """(text ids, title ids) per question; the title's only with a ``title_weight``, and
+        only where the question has a body (else its text is its title)."""
+        return partial(_tokenize_text, self.vocab, self.title_weight > 0)
 
     def encode_tokens(
         self,
@@ -483,14 +490,32 @@ class TransformerEncoder(Encoder):
         batch_size: int | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> np.ndarray:
-        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output.
+        """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output: each text's, mixed
+        with its title's by the ``title_weight`` where a title is given. ``progress(n)`` is
+        called as in :meth:`encode_sequences` for the texts; the titles, encoded after them,
+        are not counted."""
+        with_title = [i for i, (_, title) in enumerate(tokens) if title]
+        vectors = self.encode_sequences([t for t, _ in tokens], batch_size, progress)
+        if with_title and self.title_weight:
+            titles = self.encode_sequences([tokens[i][1] for i in with_title], batch_size)
+            mixed = (1 - self.title_weight) * vectors[with_title] + self.title_weight * titles
+            vectors[with_title] = _normalize(mixed)
+        return vectors
+
+    def encode_sequences(
+        self,
+        tokens: Sequence[Sequence[int]],
+        batch_size: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """Unit vectors [n, dim] float32 of token id sequences, each encoded whole.
 
         Identical texts are encoded once. The rest are sorted by length and cut into runs
         of at most :attr:`token_budget` padded tokens (rows x the run's longest row; a text
         longer than the budget runs alone), ``batch_size`` rows at most if given, so memory
         per run is bounded whatever the texts. ``progress(n)`` is called after each run
         with the number of texts (duplicates included) it covered."""
-        ids, where = _unique([tuple(t) for t, _ in tokens])
+        ids, where = _unique([tuple(t) for t in tokens])
         copies = np.bincount(where, minlength=len(ids))
         unique = np.zeros((len(ids), self.dim), dtype=np.float32)
         session = (self._bulk_sessions() if len(ids) >= SMALL_BATCH else self._query())["title"]
@@ -535,9 +560,18 @@ def token_runs(lengths: Sequence[int], budget: int, max_rows: int | None = None)
     return runs
 
 
-def _tokenize_text(tokenizer, questions: Sequence[Question]):
-    texts = [q.text for q in questions]
-    return [(e.ids, []) for e in tokenizer.encode_batch(texts)] if texts else []
+def _tokenize_text(tokenizer, with_titles: bool, questions: Sequence[Question]):
+    if not questions:
+        return []
+    texts = [e.ids for e in tokenizer.encode_batch([q.text for q in questions])]
+    if not with_titles:
+        return [(ids, []) for ids in texts]
+    has_body = [i for i, q in enumerate(questions) if q.title.strip() and q.body.strip()]
+    titles: list[list[int]] = [[] for _ in questions]
+    encoded = tokenizer.encode_batch([questions[i].title for i in has_body])
+    for i, e in zip(has_body, encoded, strict=True):
+        titles[i] = e.ids
+    return list(zip(texts, titles, strict=True))
 
 
 def _cores() -> int:

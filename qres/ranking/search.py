@@ -251,6 +251,12 @@ class SearchPipeline:
                     f"model {_short(m['model_fingerprint'])} of this index cannot be loaded "
                     f"({err}): restore it at {m['model_dir']}, or search with --mode bm25"
                 ) from None
+            if encoder.fingerprint != m["model_fingerprint"]:
+                raise BackendError(
+                    f"the index holds vectors of model {_short(m['model_fingerprint'])} but "
+                    f"{m['model_dir']} is now model {_short(encoder.fingerprint)}: re-index "
+                    "with `qres index CORPUS --rebuild` and the same --model or --model-set"
+                )
             encoders[m["model_fingerprint"]] = encoder
         if fusion_file is None:
             fusion = shipped_fusion_for(list(encoders)) or Fusion.equal(list(encoders))

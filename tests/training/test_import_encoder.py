@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -98,14 +99,75 @@ def test_the_fast_sets_minilm_is_derived_exactly_as_its_shipped_fusion_was_fitte
     assert card["fingerprint"] == model_set.expected_fingerprints("fast")["minilm-int8-64"]
 
 
-def test_a_question_is_its_title_and_body_as_one_text(imported):
-    out, _, reference = imported
+def test_a_question_is_its_whole_text_mixed_with_its_title_alone(imported):
+    out, card, reference = imported
+    assert card["title_weight"] == 0.2
     encoder = Encoder.load(out, providers=["CPUExecutionProvider"])
     question = Question("q1", "visa renewal in doha", "how long does it take to renew?")
-    got = encoder.encode_questions([question])[0]
-    expected = reference.encode([question.text], normalize_embeddings=True)[0]
-    assert np.abs(got - expected).max() <= 1e-4
+    title_only = Question("q2", "visa renewal in doha", "")
+    got, alone = encoder.encode_questions([question, title_only])
+    text, title = reference.encode([question.text, question.title], normalize_embeddings=True)
+    mixed = 0.8 * text + 0.2 * title
+    assert np.abs(got - mixed / np.linalg.norm(mixed)).max() <= 1e-4
+    assert np.abs(alone - title).max() <= 1e-4  # no body: the title's vector, as a query's
+    assert np.abs(encoder.encode_query(question.title) - alone).max() <= 1e-5
     assert encoder.dim == 384 and np.isclose(np.linalg.norm(got), 1.0, atol=1e-5)
+
+
+def test_a_title_weight_of_0_gives_the_whole_text_and_another_fingerprint(imported, tmp_path):
+    from qres.encoders.manifest import open_model
+    from qres.ranking.fusion import Fusion
+    from qres.training.import_encoder import set_title_weight
+
+    out, card, reference = imported
+    shutil.copytree(out, tmp_path / "m")
+    Fusion(bm25=0.2, cosine=0.8, models=[card["fingerprint"]]).save(tmp_path / "m")
+    changed = set_title_weight(tmp_path / "m", 0.0)
+    assert changed["fingerprint"] != card["fingerprint"]
+    # the fusion fitted with the former vectors is gone; the directory still verifies
+    assert open_model(tmp_path / "m").component("fusion") is None
+    assert sorted(os.listdir(tmp_path / "m")) == ["model.json", "model.onnx", "tokenizer.json"]
+    encoder = Encoder.load(tmp_path / "m", providers=["CPUExecutionProvider"])
+    question = Question("q1", "visa renewal in doha", "how long does it take to renew?")
+    expected = reference.encode([question.text], normalize_embeddings=True)[0]
+    assert np.abs(encoder.encode_questions([question])[0] - expected).max() <= 1e-4
+    with pytest.raises(EncoderImportError, match=r"title weight must be in \[0, 1\), not 1.5"):
+        set_title_weight(tmp_path / "m", 1.5)
+    result = CliRunner().invoke(
+        import_encoder, ["minilm", "--out", str(tmp_path / "o"), "--title-weight", "1"]
+    )
+    assert result.exit_code == 2 and "--title-weight" in result.output
+
+
+def test_members_imported_before_title_weights_are_updated_in_place(
+    imported, tmp_path, monkeypatch
+):
+    """`qres import-encoder fast` over a $QRES_HOME from an older qres: MiniLM gets its title
+    weight without a new conversion, and the set it makes is the one the shipped fusion was
+    fitted for."""
+    from qres.encoders import model_set
+    from qres.encoders.card import card_fingerprint
+    from qres.encoders.manifest import write_card
+    from qres.training import default_set
+
+    out, _, _ = imported
+    old = tmp_path / "home" / "models" / "minilm"
+    shutil.copytree(out, old)
+    card = json.loads((old / "model.json").read_text())
+    del card["title_weight"]
+    card["fingerprint"] = card_fingerprint(old, card)
+    write_card(old, card)
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    done = default_set.build(set_name="fast", converter=lambda *_: pytest.fail("converted"))
+    assert done == [("minilm", "updated"), ("minilm-int8-64", "built")]
+    expected = model_set.expected_fingerprints("fast")
+    assert Encoder.load(old).fingerprint == model_set.expected_fingerprints()["minilm"]
+    assert (
+        Encoder.load(model_set.member_dir("minilm-int8-64")).fingerprint
+        == expected["minilm-int8-64"]
+    )
+    again = default_set.build(set_name="fast", converter=lambda *_: pytest.fail("converted"))
+    assert again == [("minilm", "present"), ("minilm-int8-64", "present")]
 
 
 def test_the_card_is_a_qres_card_and_the_graph_has_dynamic_batch_and_length(imported):

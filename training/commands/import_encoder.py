@@ -31,7 +31,10 @@ sentence-transformers SOURCE is any local sentence-transformers model directory.
 Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim], pooled
 and L2-normalised inside the graph), tokenizer.json (served with the `tokenizers`
 package) and model.json (the model card with the fingerprint), after checking the
-result against sentence-transformers on texts of 1, 7 and max tokens.""",
+result against sentence-transformers on texts of 1, 7 and max tokens.
+A question with a body gets normalise(0.8 * v(title and body) + 0.2 * v(title)): the
+title counts twice, once free of a long body (--title-weight; measured in
+docs/real-forums.md). default and fast also update members imported before that.""",
 )
 @click.argument("kind", type=click.Choice(["default", "fast", "minilm", "sentence-transformers"]))
 @click.argument(
@@ -49,11 +52,23 @@ result against sentence-transformers on texts of 1, 7 and max tokens.""",
     default=None,
     help="Dynamic int8 quantisation of the weights (smaller, faster on CPU, slightly off).",
 )
-def import_encoder(kind: str, source: Path | None, out_dir: Path | None, quantize) -> None:
+@click.option(
+    "--title-weight",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=None,
+    help="Share of the title alone in a question's vector, mixed with the whole text's "
+    "(0: the text only) [default: 0.2].",
+)
+def import_encoder(
+    kind: str, source: Path | None, out_dir: Path | None, quantize, title_weight
+) -> None:
     """Turn a sentence-transformers model into a qres model directory (ONNX, no torch)."""
     if kind in ("default", "fast"):
-        if source is not None or out_dir is not None or quantize is not None:
-            fail(f"{kind} takes no SOURCE, --out or --quantize: it builds the {kind} model set")
+        if any(v is not None for v in (source, out_dir, quantize, title_weight)):
+            fail(
+                f"{kind} takes no SOURCE, --out, --quantize or --title-weight: it builds the "
+                f"{kind} model set"
+            )
         _build_default_set(kind)
         return
     require_torch()
@@ -74,13 +89,16 @@ def import_encoder(kind: str, source: Path | None, out_dir: Path | None, quantiz
         from qres.training.import_encoder import EncoderImportError, import_sentence_transformer
     except ImportError:
         fail("sentence-transformers is not installed: pip install 'qres[train]'")
+    from qres.training.import_encoder import TITLE_WEIGHT
+
+    weight = TITLE_WEIGHT if title_weight is None else title_weight
     try:
-        card = import_sentence_transformer(source, out_dir, quantize)
+        card = import_sentence_transformer(source, out_dir, quantize, weight)
     except EncoderImportError as err:
         fail(str(err))
     click.echo(
         f"wrote {out_dir}: {card['encoder']['base']} dim {card['dim']}, "
-        f"max {card['max_seq_tokens']} tokens, "
+        f"max {card['max_seq_tokens']} tokens, title weight {weight}, "
         f"parity error {card['export']['parity_max_abs_error']:.1e}, "
         f"fingerprint {card['fingerprint'][:12]}"
     )

@@ -1,0 +1,114 @@
+"""How much of a question's title alone to mix into a transformer's vector, as JSON.
+
+    python benchmarks/title_weight.py --model DIR [--model DIR ...] [--weights 0,0.1,0.2]
+
+Every question of a forum (``--data-dir``, default the travel forum) is encoded twice by each
+model: its whole text (title and body as one text, as the model was trained) and its title
+alone. A question's vector at title weight w is normalise((1 − w) · v(text) + w · v(title)),
+what ``qres import-encoder`` writes as ``title_weight`` (:mod:`qres.encoders.runtime`); w = 0 is
+the whole text alone. Each duplicate query (its title and body, mixed the same way) ranks the
+whole forum by cosine, exactly (its own id left out); nDCG@10 and R@100 are as ``qres evaluate
+--dataset stackexchange`` computes them, for each split, so a weight can be chosen on ``train``
+and read on ``test``. With several models, ``together`` ranks by the mean of their cosines.
+Dense ranking only: the fused hybrid is measured by ``qres evaluate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from search_latency import machine  # noqa: E402
+
+from qres.corpus.readers import read_corpus  # noqa: E402
+from qres.datasets.forum_duplicates import load_forum_duplicates  # noqa: E402
+from qres.encoders.runtime import Encoder, TransformerEncoder  # noqa: E402
+from qres.evaluation.ranking_metrics import ndcg_at, recall_at  # noqa: E402
+
+SPLITS = ("train", "test")
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def scores(cosines: np.ndarray, own: list[int], relevant: list[set[int]]) -> dict[str, float]:
+    """Mean nDCG@10 and R@100 (percent) of ranking each row's columns, its own left out."""
+    ndcg, recall = [], []
+    for row, self_at, wanted in zip(cosines, own, relevant, strict=True):
+        row = row.copy()
+        row[self_at] = -np.inf
+        top = np.argpartition(-row, 100)[:100]
+        ranked = [int(i) in wanted for i in top[np.argsort(-row[top], kind="stable")]]
+        ndcg.append(ndcg_at(ranked, 10, len(wanted)))
+        recall.append(recall_at(ranked, 100, len(wanted)))
+    return {
+        "nDCG@10": round(100 * float(np.mean(ndcg)), 2),
+        "R@100": round(100 * float(np.mean(recall)), 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, action="append", required=True)
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--weights", default="0,0.1,0.2,0.3,0.4,0.5", help="comma-separated")
+    args = parser.parse_args(argv)
+    weights = [float(w) for w in args.weights.split(",")]
+    splits = {s: load_forum_duplicates(args.data_dir, s) for s in SPLITS}
+    questions = list(read_corpus(splits["train"].posts, "stackexchange"))
+    at = {q.id: i for i, q in enumerate(questions)}
+    encoders = [Encoder.load(d) for d in args.model]
+    for d, encoder in zip(args.model, encoders, strict=True):
+        if not isinstance(encoder, TransformerEncoder):
+            parser.error(f"{d}: not a transformer model directory")
+    text_vectors, title_vectors, seconds = [], [], {}
+    for d, encoder in zip(args.model, encoders, strict=True):
+        started = time.perf_counter()
+        # encode_texts reads each text as a title without a body: never mixed
+        text_vectors.append(encoder.encode_texts([q.text for q in questions]))
+        title_vectors.append(encoder.encode_texts([q.title or q.text for q in questions]))
+        seconds[d.name] = round(time.perf_counter() - started, 1)
+    results: dict[str, dict] = {}
+    for split, forum in splits.items():
+        own = [at[q.id] for q in forum.queries]
+        relevant = [{at[r] for r in q.relevant} for q in forum.queries]
+        per_weight: dict[str, dict] = {}
+        for w in weights:
+            cosines = []
+            for texts, titles in zip(text_vectors, title_vectors, strict=True):
+                mixed = unit((1 - w) * texts + w * titles)
+                cosines.append(mixed[own] @ mixed.T)
+            row = {
+                d.name: scores(c, own, relevant) for d, c in zip(args.model, cosines, strict=True)
+            }
+            if len(cosines) > 1:
+                row["together"] = scores(np.mean(cosines, axis=0), own, relevant)
+            per_weight[str(w)] = row
+        results[split] = {"queries": len(own), "by_title_weight": per_weight}
+    print(
+        json.dumps(
+            {
+                "benchmark": "title_weight",
+                "forum": str(splits["train"].posts.parent),
+                "questions": len(questions),
+                "models": [str(d) for d in args.model],
+                "encode_seconds": seconds,
+                "splits": results,
+                "machine": machine(),
+            },
+            indent=1,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
