@@ -564,13 +564,13 @@ def _tokenize_text(tokenizer, with_titles: bool, questions: Sequence[Question]):
     if not questions:
         return []
     texts = [e.ids for e in tokenizer.encode_batch([q.text for q in questions])]
-    if not with_titles:
-        return [(ids, []) for ids in texts]
-    has_body = [i for i, q in enumerate(questions) if q.title.strip() and q.body.strip()]
     titles: list[list[int]] = [[] for _ in questions]
-    encoded = tokenizer.encode_batch([questions[i].title for i in has_body])
-    for i, e in zip(has_body, encoded, strict=True):
-        titles[i] = e.ids
+    # a title is tokenised alone only beside a body; a search query has none
+    has_body = [i for i, q in enumerate(questions) if q.title.strip() and q.body.strip()]
+    if with_titles and has_body:
+        encoded = tokenizer.encode_batch([questions[i].title for i in has_body])
+        for i, e in zip(has_body, encoded, strict=True):
+            titles[i] = e.ids
     return list(zip(texts, titles, strict=True))
 
 
