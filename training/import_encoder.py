@@ -33,7 +33,7 @@ from torch import nn
 
 from qres.encoders.card import card_fingerprint
 from qres.encoders.manifest import core_roles, manifest, write_card
-from qres.encoders.runtime import CARD_FORMAT, TRANSFORMER, Encoder, fingerprint
+from qres.encoders.runtime import CARD_FORMAT, TRANSFORMER, Encoder
 from qres.training.export import OPSET, onnx_graph
 
 PARITY_TOLERANCE = 1e-4
@@ -190,8 +190,8 @@ def import_sentence_transformer(
         "max_title_tokens": max_tokens,
         "max_body_tokens": max_tokens,
         "training": {"source": str(source.resolve()), "imported_from": "sentence-transformers"},
-        "fingerprint": fingerprint(out_dir, [GRAPH_FILE], TOKENIZER_FILE, title_weight),
     }
+    card["fingerprint"] = card_fingerprint(out_dir, card)
     _write_card(out_dir, card)
     worst = parity_error(model, out_dir)
     if quantize is None and worst > PARITY_TOLERANCE:

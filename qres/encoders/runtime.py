@@ -565,9 +565,11 @@ def _tokenize_text(tokenizer, with_titles: bool, questions: Sequence[Question]):
         return []
     texts = [e.ids for e in tokenizer.encode_batch([q.text for q in questions])]
     titles: list[list[int]] = [[] for _ in questions]
+    if not with_titles:
+        return list(zip(texts, titles, strict=True))
     # a title is tokenised alone only beside a body; a search query has none
     has_body = [i for i, q in enumerate(questions) if q.title.strip() and q.body.strip()]
-    if with_titles and has_body:
+    if has_body:
         encoded = tokenizer.encode_batch([questions[i].title for i in has_body])
         for i, e in zip(has_body, encoded, strict=True):
             titles[i] = e.ids

@@ -98,6 +98,14 @@ def check_model_matches(backend: Backend, encoder) -> None:
     if len(held) > 1:
         dims = {m["model_fingerprint"]: m["vector_dim"] for m in held}
         if encoder.fingerprint not in dims:
+            replaced = _held_at(held, getattr(encoder, "model_dir", None))
+            if replaced is not None:  # the directory the index names holds another model now
+                raise BackendError(
+                    f"the index holds vectors of model {_short(replaced['model_fingerprint'])} "
+                    f"but {replaced['model_dir']} is now model {_short(encoder.fingerprint)}: "
+                    "re-index with `qres index CORPUS --rebuild` and the same --model or "
+                    "--model-set"
+                )
             raise BackendError(
                 f"model {_short(encoder.fingerprint)} is not one of this index's models "
                 f"({', '.join(_short(m) for m in dims)}): add it with "
@@ -116,6 +124,15 @@ def check_model_matches(backend: Backend, encoder) -> None:
             f"but the model given is {encoder.fingerprint[:12]} ({encoder.dim} dims): "
             "re-index with `qres index CORPUS --model MODEL_DIR --rebuild`"
         )
+
+
+def _held_at(held: list[dict], model_dir) -> dict | None:
+    """The index's model whose recorded directory is ``model_dir``, if any."""
+    if model_dir is None:
+        return None
+    where = Path(model_dir).resolve()
+    recorded = [m for m in held if m.get("model_dir")]
+    return next((m for m in recorded if Path(m["model_dir"]).resolve() == where), None)
 
 
 def _search_encoder(model_dir, threads, runtime):
@@ -251,12 +268,6 @@ class SearchPipeline:
                     f"model {_short(m['model_fingerprint'])} of this index cannot be loaded "
                     f"({err}): restore it at {m['model_dir']}, or search with --mode bm25"
                 ) from None
-            if encoder.fingerprint != m["model_fingerprint"]:
-                raise BackendError(
-                    f"the index holds vectors of model {_short(m['model_fingerprint'])} but "
-                    f"{m['model_dir']} is now model {_short(encoder.fingerprint)}: re-index "
-                    "with `qres index CORPUS --rebuild` and the same --model or --model-set"
-                )
             encoders[m["model_fingerprint"]] = encoder
         if fusion_file is None:
             fusion = shipped_fusion_for(list(encoders)) or Fusion.equal(list(encoders))

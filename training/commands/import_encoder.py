@@ -91,14 +91,15 @@ def import_encoder(
         fail("sentence-transformers is not installed: pip install 'qres[train]'")
     from qres.training.import_encoder import TITLE_WEIGHT
 
-    weight = TITLE_WEIGHT if title_weight is None else title_weight
     try:
-        card = import_sentence_transformer(source, out_dir, quantize, weight)
+        card = import_sentence_transformer(
+            source, out_dir, quantize, TITLE_WEIGHT if title_weight is None else title_weight
+        )
     except EncoderImportError as err:
         fail(str(err))
     click.echo(
         f"wrote {out_dir}: {card['encoder']['base']} dim {card['dim']}, "
-        f"max {card['max_seq_tokens']} tokens, title weight {weight}, "
+        f"max {card['max_seq_tokens']} tokens, title weight {card['title_weight']}, "
         f"parity error {card['export']['parity_max_abs_error']:.1e}, "
         f"fingerprint {card['fingerprint'][:12]}"
     )
