@@ -245,3 +245,29 @@ def test_a_derived_int8_model_cut_to_64_tokens_has_its_own_fingerprint(imported,
     assert float(whole.encode_query(short) @ small.encode_query(short)) > 0.95
     with pytest.raises(EncoderImportError, match="between 3 and 256"):
         derive_encoder(out, tmp_path / "bad", max_tokens=1000)
+
+
+def test_max_tokens_imports_any_model_in_the_fast_sets_form(imported, tmp_path):
+    """`--quantize int8 --max-tokens 64` on a sentence-transformers directory gives what the
+    fast set derives from MiniLM: the same fingerprint, so a fine-tuned model gets that form
+    the same way."""
+    from qres.encoders import model_set
+
+    out = tmp_path / "fast-form"
+    result = CliRunner().invoke(
+        cli,
+        ["import-encoder", "sentence-transformers", str(SOURCE), "--out", str(out)]
+        + ["--quantize", "int8", "--max-tokens", "64"],
+    )
+    assert result.exit_code == 0, result.output
+    card = json.loads((out / "model.json").read_text())
+    assert card["max_seq_tokens"] == 64 and card["encoder"]["quantize"] == "int8"
+    assert card["fingerprint"] == model_set.expected_fingerprints("fast")["minilm-int8-64"]
+    assert "64 tokens" in result.output and card["fingerprint"][:12] in result.output
+    too_many = CliRunner().invoke(
+        cli,
+        ["import-encoder", "sentence-transformers", str(SOURCE), "--out", str(tmp_path / "x")]
+        + ["--max-tokens", "9999"],
+    )
+    assert too_many.exit_code != 0 and "--max-tokens must be between 3 and 256" in too_many.output
+    assert "Traceback" not in too_many.output
