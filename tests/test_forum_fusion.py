@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from qres.cli import cli
@@ -102,6 +103,51 @@ def test_tune_fusion_on_a_forum_prints_its_table(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "2-fold CV over 4 of the forum's train-split queries" in result.output
     assert "(kept)" in result.output and "the test split was not read" in result.output
+
+
+def test_tune_fusion_on_semeval_and_a_forum_together(tmp_path, monkeypatch):
+    """--forum adds the forum's train queries to SemEval's in one cross-validated fit; search
+    then scores SemEval dev with the folds that did not see a query, the forum's test with
+    the refit."""
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", LINKS)
+    model, out = tmp_path / "gru", tmp_path / "both.json"
+    shutil.copytree(GRU, model)
+    args = ["--json", "tune-fusion", "--model", str(model), "--cv", "2", "--cv-splits", "dev"]
+    result = CliRunner().invoke(cli, [*args, "--forum", str(folder), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    bm25 = summary["methods"]["bm25"]
+    assert bm25["semeval2016/dev"]["MAP"] == pytest.approx(72.26, abs=0.01)
+    assert "nDCG@10" in bm25["stackexchange/train"] and "balanced" in bm25["all"]
+    fusion = json.loads(out.read_text())
+    assert fusion["tuned_on"] == "semeval2016/dev+stackexchange/train"
+    assert len(fusion["cv"]["fold_of"]) == 50 + 4 and "14" not in fusion["cv"]["fold_of"]
+    table = CliRunner().invoke(cli, args[1:] + ["--forum", str(folder)])
+    assert table.exit_code == 0, table.output
+    assert "50 SemEval queries (dev) and 4 of the forum's train split" in table.output
+    assert "nDCG@10" in table.output and "(kept)" in table.output
+    assert json.loads((model / "fusion.json").read_text()) == fusion  # no --out: the model's
+    evaluated = CliRunner().invoke(
+        cli,
+        ["--json", "evaluate", "--dataset", "stackexchange", "--data-dir", str(folder)]
+        + ["--split", "test", "--model", str(model), "--ranker", "hybrid"],
+    )
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "cross-validated" not in evaluated.output  # the test split was no fold's
+
+
+def test_forum_needs_a_cross_validated_semeval_fit(tmp_path):
+    result = CliRunner().invoke(cli, ["tune-fusion", "--model", str(GRU), "--forum", str(tmp_path)])
+    assert result.exit_code == 2 and "--forum adds a forum's queries" in result.output
+    assert "Traceback" not in result.output
+    empty = CliRunner().invoke(
+        cli, ["tune-fusion", "--model", str(GRU), "--cv", "2", "--forum", str(tmp_path)]
+    )
+    assert empty.exit_code == 1 and "Traceback" not in empty.output
+    assert f"{tmp_path / 'Posts.xml'}: not found: give the folder that holds the dump" in (
+        empty.output
+    )
 
 
 def forum_fusion_methods():

@@ -2,7 +2,7 @@
 evaluate."""
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -18,16 +18,16 @@ from .fakes import TableEncoder
 from .test_search import CORPUS, ENCODER
 
 
-def synthetic(n_queries=40, informative=2, seed=0):
-    """Queries of 10 candidates, 3 relevant; signal ``informative`` ranks them perfectly,
-    the others are noise."""
+def synthetic(n_queries=40, informative=2, seed=0, noise=0.1):
+    """Queries of 10 candidates, 3 relevant; signal ``informative`` ranks them perfectly
+    (up to ``noise`` > 1), the others are noise."""
     rng = np.random.default_rng(seed)
     lists = []
     for i in range(n_queries):
         labels = np.zeros(10, dtype=bool)
         labels[rng.choice(10, 3, replace=False)] = True
         x = rng.random((10, 3))
-        x[:, informative] = labels + 0.1 * rng.random(10)
+        x[:, informative] = labels + noise * rng.random(10)
         lists.append(fcv.CandidateList(f"q{i}", "train", x, labels))
     return lists
 
@@ -44,6 +44,55 @@ def test_pairwise_learning_to_rank_learns_a_separable_signal():
     lists = synthetic(informative=1)
     w = fcv.fit("pairwise-linear", lists)
     assert fcv.mean_ap("pairwise-linear", w, lists) == pytest.approx(1.0)
+
+
+def forum_lists(n_queries=20, informative=1, seed=1, noise=0.1):
+    """Synthetic queries of the other source, a forum, their ids apart from SemEval's."""
+    return [
+        replace(c, query_id=f"f{c.query_id}", source="stackexchange")
+        for c in synthetic(n_queries, informative, seed, noise)
+    ]
+
+
+@pytest.mark.parametrize("method", ["weighted-sum", "pairwise-linear"])
+def test_each_source_weighs_half_of_a_fit_however_many_queries_it_has(method, monkeypatch):
+    # (the L2 penalty shrinks with the number of pairs, by design: left out here)
+    monkeypatch.setattr(fcv, "L2", 0.0)
+    # each source's signal ranks it well but not perfectly, so the two pull apart
+    semeval = synthetic(n_queries=10, informative=2, noise=1.5)
+    forum = forum_lists(informative=1, noise=1.5)
+    once = fcv.fit(method, semeval + forum)
+    assert np.allclose(fcv.fit(method, semeval + forum * 5), once, atol=1e-4)
+    # one source: five copies of the forum's queries outweigh SemEval's, as they always did
+    alike = [replace(c, source="semeval2016") for c in forum]
+    assert not np.allclose(fcv.fit(method, semeval + alike * 5), once, atol=1e-2)
+
+
+def test_a_fit_over_two_sources_is_judged_by_the_mean_of_their_measures():
+    forum = [replace(c, relevant=int(c.labels.sum()) + 1) for c in forum_lists()]
+    result = fcv.compare_fusions(synthetic(n_queries=10) + forum, ["bm25", "a", "b"], 2)
+    assert result["record"]["splits"] == ["semeval2016/train", "stackexchange/train"]
+    assert result["record"]["measure"] == fcv.BALANCED
+    for row in result["rows"].values():
+        both = (row["semeval2016/train"]["MAP"] + row["stackexchange/train"]["nDCG@10"]) / 2
+        assert row["all"][fcv.BALANCED] == pytest.approx(both)
+        assert "nDCG@10 vs bm25" in row["stackexchange/train"]
+    fusion = fcv.fusion_from(result, ["fp-a", "fp-b"])
+    assert fusion.tuned_on == "semeval2016/train+stackexchange/train"
+    assert "mean of MAP (semeval2016) and nDCG@10 (stackexchange)" in fusion.source
+
+
+def test_which_splits_a_fusion_was_fitted_on():
+    from qres.evaluation.runner import _tuned_on_split
+
+    both = Fusion(0.5, 0.5, tuned_on="semeval2016/dev+stackexchange/train")
+    assert _tuned_on_split(both, "semeval2016", "dev")
+    assert _tuned_on_split(both, "stackexchange", "train")
+    assert not _tuned_on_split(both, "stackexchange", "test")
+    assert not _tuned_on_split(both, "semeval2016", "train")
+    one = Fusion(0.5, 0.5, tuned_on="semeval2016/train+dev")
+    assert _tuned_on_split(one, "semeval2016", "dev") and _tuned_on_split(one, "semeval2016", "all")
+    assert not _tuned_on_split(one, "stackexchange", "train")
 
 
 def test_rrf_is_the_sum_of_reciprocal_ranks():
@@ -234,3 +283,38 @@ def test_evaluate_with_two_models_reports_the_cross_validated_figure(run, tmp_pa
         f"error: {fusion} fuses model {fp}, which is not given: pass --model DIR of every "
         "model it fuses"
     ]
+
+
+def test_only_a_benchmarks_own_queries_get_the_folds_that_did_not_see_them():
+    """A fit over SemEval dev and a forum keeps each query's fold; evaluated elsewhere (another
+    forum whose ids repeat the first's, or AskUbuntu), every query gets the refit."""
+    from qres.datasets.benchmarks import RankingQuery
+    from qres.evaluation.benchmark import Benchmark
+    from qres.evaluation.runner import _folds_for
+
+    cv = {
+        "folds": 2,
+        "fold_of": {"Q1": 0, "Q2": 1, "11": 0, "12": 1},
+        "per_fold": [[0.1, 0.9], [0.2, 0.8]],
+        "originals": {"11": ["5"], "12": ["6", "7"]},
+    }
+    fusion = Fusion(0.3, 0.7, tuned_on="semeval2016/dev+stackexchange/train", cv=cv)
+
+    def bench(dataset, split, links):
+        queries = [RankingQuery(q, [], frozenset(r)) for q, r in links.items()]
+        forum = dataset == "stackexchange"
+        return Benchmark(dataset, split, queries, {}, list, False, whole_forum=forum)
+
+    same_forum = _folds_for(
+        fusion, bench("stackexchange", "train", {"11": {"5"}, "12": {"7", "6"}})
+    )
+    assert same_forum.cv["fold_of"] == {"11": 0, "12": 1}
+    assert same_forum.for_query("12").bm25 == 0.2 and same_forum.for_query("11").bm25 == 0.1
+    other_forum = _folds_for(fusion, bench("stackexchange", "train", {"11": {"9"}, "12": {"6"}}))
+    assert other_forum.cv is None and other_forum.for_query("11") is other_forum
+    assert _folds_for(fusion, bench("stackexchange", "test", {"11": {"5"}})).cv is None
+    assert _folds_for(fusion, bench("askubuntu", "dev", {"11": {"5"}})).cv is None
+    assert _folds_for(fusion, bench("semeval2016", "dev", {"Q1": set()})).cv["fold_of"] == {
+        "Q1": 0,
+        "Q2": 1,
+    }

@@ -213,13 +213,20 @@ def test_an_index_of_the_set_is_searched_with_the_shipped_fusion(fake_set, run, 
         assert SearchPipeline.for_index(backend).fusion.source.startswith("default: equal")
 
 
+# What the shipped fusions were fitted on: `qres tune-fusion --cv 5 --cv-splits dev --forum
+# ../shared/data/stackexchange-travel --method pairwise-linear --model-set NAME --out FILE`.
+BOTH_SOURCES = "semeval2016/dev+stackexchange/train"
+
+
 def test_the_shipped_fusion_fuses_the_shipped_gru_and_two_transformers():
     shipped = default_set_fusion()
     gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
     assert list(model_set.expected_fingerprints()) == ["gru", "minilm", "mpnet"]
     assert shipped.models[0] == gru and len(set(shipped.models)) == 3
-    assert shipped.method == "pairwise-linear" and shipped.tuned_on == "semeval2016/dev"
-    assert shipped.cv["folds"] == 5 and len(shipped.cv["fold_of"]) == 50
+    assert shipped.method == "pairwise-linear" and shipped.tuned_on == BOTH_SOURCES
+    # SemEval dev's 50 queries and the travel forum's train split of 864
+    assert shipped.cv["folds"] == 5 and len(shipped.cv["fold_of"]) == 50 + 864
+    assert len(shipped.cv["originals"]) == 864
     assert shipped.cv["fingerprints"] == shipped.models
     assert model_set.FUSION_FILE.stat().st_size < 100_000  # small text, in git
 
@@ -247,7 +254,7 @@ def test_the_fast_set_ships_its_own_fusion_for_the_gru_and_minilm_int8_64():
     gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
     assert list(model_set.expected_fingerprints("fast")) == ["gru", "minilm-int8-64"]
     assert fast.models[0] == gru and len(set(fast.models)) == 2
-    assert fast.method == "pairwise-linear" and fast.tuned_on == "semeval2016/dev"
+    assert fast.method == "pairwise-linear" and fast.tuned_on == BOTH_SOURCES
     assert fast.cv["folds"] == 5 and fast.cv["fingerprints"] == fast.models
     assert shipped_fusion_for(list(reversed(fast.models))) == fast
     assert shipped_fusion_for(fast.models[:1]) is None

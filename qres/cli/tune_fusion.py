@@ -51,8 +51,8 @@ from qres.cli.group import (
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="With --cv and several --model, or stackexchange: write the fusion here (for "
-    "`qres search --fusion`, `qres evaluate --fusion`) instead of into the model directory.",
+    help="Write the fusion here (for `qres search --fusion`, `qres evaluate --fusion`) "
+    "instead of into the model directory; needed with --cv and several --model.",
 )
 @click.option("--split", type=click.Choice(["train", "dev"]), default="dev", show_default=True)
 @click.option(
@@ -81,6 +81,14 @@ from qres.cli.group import (
     type=click.Path(dir_okay=False, path_type=Path),
     help="With --cv: write every method's per-query out-of-fold metrics here (JSON).",
 )
+@click.option(
+    "--forum",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="With --cv on semeval2016: also cross-validate over this StackExchange dump's train "
+    "split of duplicate links (each query searching the whole forum), so the fusion suits "
+    "full-forum search too. Each dataset weighs half in the fit; the fusion is chosen by the "
+    "mean of SemEval's MAP and the forum's nDCG@10. The forum's test split is never read.",
+)
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
 @click.pass_obj
 def tune_fusion_command(
@@ -97,6 +105,7 @@ def tune_fusion_command(
     method,
     report,
     data_dir,
+    forum,
 ):
     """Learn how much hybrid search trusts BM25 versus the encoder's cosine.
 
@@ -117,6 +126,8 @@ def tune_fusion_command(
       qres tune-fusion --model models/minilm --cv 5
       qres tune-fusion --model models/minilm --model qres/models/default --cv 5 \\
           --cv-splits dev --report fusion-cv.json --out fusion-both.json
+      qres tune-fusion --model-set fast --cv 5 --cv-splits dev --method pairwise-linear \\
+          --forum ../shared/data/stackexchange-travel --out fusion-both.json
       qres evaluate --dataset semeval2016 --model runs/gru/model
       qres tune-fusion --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
           --model models/minilm-travel
@@ -130,6 +141,12 @@ def tune_fusion_command(
     models = _with_model_set(model_set, models)
     if not models:
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
+    if forum is not None and (dataset != "semeval2016" or folds is None):
+        raise click.BadParameter(
+            "--forum adds a forum's queries to a SemEval --cv fit: give --cv K "
+            "(for a forum alone: --dataset stackexchange --data-dir DIR)",
+            param_hint="--forum",
+        )
     if dataset == "stackexchange":
         source = click.get_current_context().get_parameter_source("split")
         if source != click.core.ParameterSource.DEFAULT and split != forum_fusion.SPLIT:
@@ -150,7 +167,18 @@ def tune_fusion_command(
         ]
         if folds is not None:
             _tune_fusion_cv(
-                obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out
+                obj,
+                models,
+                encoders,
+                backends,
+                folds,
+                cv_splits,
+                method,
+                report,
+                data_dir,
+                out,
+                forum,
+                dense_candidates,
             )
             return
         lists = candidate_scores(data_dir, split, backends[0], encoders[0])
@@ -158,7 +186,7 @@ def tune_fusion_command(
     fusion = tune_fusion(
         lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"
     )
-    saved = fusion.save(model)
+    saved = fusion.save_file(out) if out is not None else fusion.save(model)
     if obj.as_json:
         obj.emit(asdict(fusion))
     else:
@@ -169,20 +197,42 @@ def tune_fusion_command(
 
 
 def _tune_fusion_cv(
-    obj, models, encoders, backends, folds, cv_splits, method, report, data_dir, out
+    obj,
+    models,
+    encoders,
+    backends,
+    folds,
+    cv_splits,
+    method,
+    report,
+    data_dir,
+    out,
+    forum=None,
+    dense_candidates=None,
 ):
+    from qres.evaluation import forum_fusion
     from qres.evaluation import fusion_fit as fcv
+    from qres.evaluation.rankers import open_eval_index
 
     splits = [s.strip() for s in cv_splits.split(",") if s.strip()]
+    benchmark = forum_fusion.train_split(forum) if forum is not None else None  # fail early
     lists = fcv.semeval_candidate_lists(
         data_dir, splits, list(zip(backends, encoders, strict=True))
     )
+    what = f"{len(lists)} SemEval queries ({'+'.join(splits)})"
+    if benchmark is not None:
+        open_index = lambda name: open_eval_index(obj.backend_name, name)  # noqa: E731
+        more = forum_fusion.indexed_lists(benchmark, encoders, open_index, dense_candidates)
+        what += f" and {len(more)} of the forum's train split, each half the weight"
+        lists += more
     result = fcv.compare_fusions(lists, ["bm25", *map(str, models)], folds, method)
+    if forum is not None:
+        result["record"]["originals"] = forum_fusion.originals(benchmark)
     best, rows = result["chosen"], result["rows"]
     saved = None
     if len(models) == 1 or out is not None:  # several: for `qres search --fusion` over them
         fusion = fcv.fusion_from(result, [e.fingerprint for e in encoders])
-        saved = fusion.save(models[0]) if len(models) == 1 else fusion.save_file(out)
+        saved = fusion.save_file(out) if out is not None else fusion.save(models[0])
     summary = {"chosen": best, "params": result["params"], "saved": str(saved) if saved else None}
     summary["methods"] = rows
     if report:
@@ -192,17 +242,24 @@ def _tune_fusion_cv(
     if obj.as_json:
         obj.emit(summary)
         return
-    table = Table(title=f"{folds}-fold CV over {len(lists)} SemEval queries ({'+'.join(splits)})")
+    groups = result["record"]["splits"]
+    measure_of = {g: fcv.MEASURE_OF_SOURCE.get(g.partition("/")[0], "MAP") for g in groups}
+    overall = result["record"]["measure"]
+    table = Table(title=f"{folds}-fold CV over {what}")
     table.add_column("ranker")
-    for s in ["all", *splits]:
-        table.add_column(f"{s} MAP", justify="right")
-    for s in splits:
+    table.add_column(
+        "mean of both" if overall == fcv.BALANCED else f"all {overall}", justify="right"
+    )
+    for s in groups:
+        table.add_column(f"{s} {measure_of[s]}", justify="right")
+    for s in groups:
         table.add_column(f"{s} MRR / P@1", justify="right")
-        table.add_column(f"{s} ΔMAP vs bm25 [95% CI]", justify="right")
+        table.add_column(f"{s} Δ{measure_of[s]} vs bm25 [95% CI]", justify="right")
     for name, row in rows.items():
-        cells = [f"{row[s]['MAP']:.2f}" for s in ["all", *splits]]
-        for s in splits:
-            d, lo, hi = row[s]["MAP vs bm25"]
+        cells = [f"{row['all'][overall]:.2f}"]
+        cells += [f"{row[s][measure_of[s]]:.2f}" for s in groups]
+        for s in groups:
+            d, lo, hi = row[s][f"{measure_of[s]} vs bm25"]
             cells += [
                 f"{row[s]['MRR']:.2f} / {row[s]['P@1']:.2f}",
                 f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]",

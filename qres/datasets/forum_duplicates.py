@@ -53,7 +53,7 @@ def _find(folder: Path, name: str) -> Path:
     for candidate in (folder / name, folder / f"{name}.gz"):
         if candidate.is_file():
             return candidate
-    raise CorpusError(folder / name, None, "not found: pass --data-dir DIR holding the dump")
+    raise CorpusError(folder / name, None, "not found: give the folder that holds the dump")
 
 
 def read_links(path: Path) -> Iterator[tuple[str, str, str]]:

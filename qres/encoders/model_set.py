@@ -15,8 +15,10 @@ The transformers are converted on first use (``qres import-encoder default|fast`
 in git.
 
 Each set's fusion of BM25 with its cosines ships as ``qres/models/NAME-set/fusion.json``
-(:func:`fusion_file`), written by ``qres tune-fusion --cv 5 --cv-splits dev --method
-pairwise-linear --model-set NAME --out FILE``. Its ``models`` are the members' fingerprints in
+(:func:`fusion_file`), written by ``qres tune-fusion --cv 5 --cv-splits dev --forum
+../shared/data/stackexchange-travel --method pairwise-linear --model-set NAME --out FILE``
+(SemEval dev and the travel forum's train split, each half the weight; docs/real-forums.md).
+Its ``models`` are the members' fingerprints in
 the set's order, and search and evaluate use it for an index that holds exactly those models.
 """
 

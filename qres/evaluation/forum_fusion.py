@@ -19,7 +19,7 @@ fusion with ``held_out`` on the newest tenth it was not trained on (``qres train
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
@@ -84,8 +84,38 @@ def candidate_lists(
         ids = found.ids(range(len(found)))
         keep = np.array([d != q.id for d in ids], dtype=bool) & np.asarray(found.has_vector)
         labels = np.array([d in q.relevant for d in ids], dtype=bool)
-        lists.append(CandidateList(q.id, benchmark.split, x[keep], labels[keep], len(q.relevant)))
+        lists.append(
+            CandidateList(
+                q.id, benchmark.split, x[keep], labels[keep], len(q.relevant), "stackexchange"
+            )
+        )
     return lists
+
+
+def train_split(data_dir: Path | None, held_out: bool = False) -> Benchmark:
+    """The forum's train split (``held_out``: its newest tenth, which ``qres train
+    --hold-out`` kept from the encoder)."""
+    benchmark = load_benchmark("stackexchange", SPLIT, data_dir)
+    if held_out:
+        benchmark.queries = benchmark.queries[held_out_cut(len(benchmark.queries)) :]
+    return benchmark
+
+
+def originals(benchmark: Benchmark) -> dict[str, list[str]]:
+    """Each query's originals, kept with a fit's folds: forum ids repeat across forums, so
+    evaluation takes a query for one fitted on only when its originals match too."""
+    return {q.id: sorted(q.relevant) for q in benchmark.queries}
+
+
+def indexed_lists(
+    benchmark: Benchmark,
+    encoders: Sequence,
+    open_index: Callable[[str], AbstractContextManager[Backend]],
+    dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
+) -> list[CandidateList]:
+    """:func:`candidate_lists` from the evaluation index that ``qres evaluate`` shares."""
+    with open_index(eval_index_name(benchmark, index_key(encoders))) as backend:
+        return candidate_lists(benchmark, backend, encoders, dense_candidates)
 
 
 def tune(
@@ -101,18 +131,15 @@ def tune(
     """Cross-validate the fusions over the forum's train split (``held_out``: over its
     newest tenth only, the queries ``qres train --hold-out`` kept from the encoder); (the
     comparison of :func:`compare_fusions`, the chosen fusion refitted on all those queries)."""
-    benchmark = load_benchmark("stackexchange", SPLIT, data_dir)
-    if held_out:
-        benchmark.queries = benchmark.queries[held_out_cut(len(benchmark.queries)) :]
+    benchmark = train_split(data_dir, held_out)
     if len(benchmark.queries) < folds:
         raise ValueError(
             f"{len(benchmark.queries)} queries cannot be cross-validated in {folds} folds"
         )
-    with ExitStack() as stack:
-        backend = stack.enter_context(open_index(eval_index_name(benchmark, index_key(encoders))))
-        lists = candidate_lists(benchmark, backend, encoders, dense_candidates)
+    lists = indexed_lists(benchmark, encoders, open_index, dense_candidates)
     labels = list(names) if names else [Path(e.model_dir).name for e in encoders]
     result = compare_fusions(lists, ["bm25", *labels], folds, method, measure=MEASURE)
+    result["record"]["originals"] = originals(benchmark)
     result["record"]["dense_candidates"] = dense_candidates
     result["record"]["held_out_only"] = held_out
     result["record"]["candidates_per_query"] = float(np.mean([len(c.labels) for c in lists]))

@@ -14,7 +14,13 @@ Three fusions are compared:
 
 Folds are drawn by query (one SemEval query is one original question, so its ten candidates
 never straddle folds); each query is scored by the fusion fitted on the other folds, and the
-cross-validated MAP is the mean of those out-of-fold APs. Only the fusion is learned here:
+cross-validated MAP is the mean of those out-of-fold APs.
+
+Queries may come from two sources: SemEval's re-ranking of ten given candidates and a forum's
+full-forum search (``qres tune-fusion --forum DIR``). Each source then weighs half in every
+fit, however many queries or pairs it has (a forum's train split has some 900 queries of 200
+candidates, SemEval dev 50 of 10), and a fusion is judged by the mean of each source's own
+measure: MAP on SemEval, nDCG@10 on the forum. Only the fusion is learned here:
 the encoders must not have been trained on the queries (use zero-shot models, or keep the
 queries an encoder was trained on out with the ``splits`` given to :func:`cross_validate`).
 """
@@ -50,6 +56,11 @@ class CandidateList:
     # A forum query's linked originals, also those its candidates missed (None: the labelled
     # candidates are all there is, as on SemEval); with it nDCG@10 and R@10 are scored too.
     relevant: int | None = None
+    source: str = "semeval2016"  # or "stackexchange"; each source weighs the same in a fit
+
+
+# What a fusion is judged by on each source's queries.
+MEASURE_OF_SOURCE = {"semeval2016": "MAP", "stackexchange": "nDCG@10"}
 
 
 def fit(method: str, lists: Sequence[CandidateList]) -> list[float] | None:
@@ -86,17 +97,28 @@ def _simplex(dims: int, steps: int = GRID_STEPS) -> np.ndarray:
     return grid
 
 
+def _source_weights(lists: Sequence[CandidateList], size) -> list[float]:
+    """Each list's weight in a fit, so that every source's ``size`` (queries, or pairs) adds up
+    to the same; all 1 for a single source, so that fit is what it always was."""
+    totals: dict[str, float] = {}
+    for c in lists:
+        totals[c.source] = totals.get(c.source, 0.0) + size(c)
+    if len(totals) == 1:
+        return [1.0] * len(lists)
+    return [1.0 / (len(totals) * totals[c.source]) for c in lists]
+
+
 def _fit_weighted_sum(lists: Sequence[CandidateList]) -> list[float]:
     """The simplex grid point of best MAP; of tied points, the one nearest their mean."""
     grid = _simplex(lists[0].x.shape[1])
     quality = np.zeros(len(grid))
-    for c in lists:
+    for c, weight in zip(lists, _source_weights(lists, lambda c: 1), strict=True):
         scores = c.x @ grid.T  # [n, points]
         order = np.argsort(-scores, axis=0, kind="stable")
         ranked = c.labels[order]  # [n, points]
         total = ranked.sum(axis=0)
         hits = np.cumsum(ranked, axis=0) * ranked / np.arange(1, len(c.labels) + 1)[:, None]
-        quality += np.where(total > 0, hits.sum(axis=0) / np.maximum(total, 1), 0.0)
+        quality += weight * np.where(total > 0, hits.sum(axis=0) / np.maximum(total, 1), 0.0)
     best = grid[quality >= quality.max() - 1e-9]
     pick = best[np.argmin(np.linalg.norm(best - best.mean(axis=0), axis=1))]
     return [float(v) for v in pick]
@@ -105,18 +127,22 @@ def _fit_weighted_sum(lists: Sequence[CandidateList]) -> list[float]:
 def _fit_pairwise(lists: Sequence[CandidateList]) -> list[float]:
     from scipy.optimize import minimize
 
-    diffs = []
-    for c in lists:
+    diffs, weights = [], []
+    pairs = lambda c: int(c.labels.sum()) * int((~c.labels).sum())  # noqa: E731
+    for c, weight in zip(lists, _source_weights(lists, pairs), strict=True):
         f = ltr_features(c.x)
         pos, neg = f[c.labels], f[~c.labels]
         if len(pos) and len(neg):
             diffs.append((pos[:, None, :] - neg[None, :, :]).reshape(-1, f.shape[1]))
+            weights.append(np.full(len(pos) * len(neg), weight))
     d = np.vstack(diffs)
+    p = np.concatenate(weights)
+    p /= p.sum()  # a weighted mean over pairs: the plain mean for a single source
 
     def loss(w):
         margin = d @ w
-        value = np.logaddexp(0.0, -margin).mean() + L2 * (w @ w) / len(d)
-        grad = -(d * (1.0 / (1.0 + np.exp(margin)))[:, None]).mean(axis=0) + 2 * L2 * w / len(d)
+        value = p @ np.logaddexp(0.0, -margin) + L2 * (w @ w) / len(d)
+        grad = -(d * (p / (1.0 + np.exp(margin)))[:, None]).sum(axis=0) + 2 * L2 * w / len(d)
         return value, grad
 
     w = minimize(loss, np.zeros(d.shape[1]), jac=True, method="L-BFGS-B").x
@@ -163,6 +189,8 @@ def summary(per_query: dict[str, dict], ids: Sequence[str]) -> dict[str, float]:
 
 
 PER_QUERY_KEY = dict(SUMMARY)  # a summary's measure -> the per-query value it averages
+# The measure of a fit over two sources: the mean of each one's own (MEASURE_OF_SOURCE).
+BALANCED = "balanced"
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, seed: int = 0):
@@ -289,24 +317,42 @@ def compare_fusions(
     ``per_query`` (ranker → query → metrics), ``chosen`` (``method``, or with ``"auto"`` the
     fusion of best CV ``measure``: MAP, or nDCG@10 for forum queries), its ``params``
     refitted on every query, and ``record``: what a fusion saved from it keeps.
+
+    Lists of two sources are grouped as ``source/split`` (``semeval2016/dev``,
+    ``stackexchange/train``), each group compared with BM25 by its source's measure, and
+    ``measure`` is ``balanced``: the mean over sources of their measures.
     """
-    splits = list(dict.fromkeys(c.split for c in lists))
+    sources = list(dict.fromkeys(c.source for c in lists))
+    group = (lambda c: c.split) if len(sources) == 1 else (lambda c: f"{c.source}/{c.split}")
+    splits = list(dict.fromkeys(group(c) for c in lists))
+    measure_of = {group(c): MEASURE_OF_SOURCE[c.source] for c in lists}
+    if len(sources) > 1:
+        measure = BALANCED
+    else:
+        measure_of = dict.fromkeys(splits, measure)
     cv = cross_validate(lists, folds)
     per_query = {}
     for i, name in enumerate(signals):
         weights = [1.0 if j == i else 0.0 for j in range(len(signals))]
         per_query[name] = {c.query_id: query_metrics("weighted-sum", weights, c) for c in lists}
     per_query.update({m: r["per_query"] for m, r in cv["methods"].items()})
-    ids = {s: [c.query_id for c in lists if c.split == s] for s in splits}
+    ids = {s: [c.query_id for c in lists if group(c) == s] for s in splits}
+    of_source = {src: [c.query_id for c in lists if c.source == src] for src in sources}
     every = [c.query_id for c in lists]
     rows = {}
     for name, scores in per_query.items():
         row = {"all": summary(scores, every)}
         for s in splits:
             row[s] = summary(scores, ids[s])
-            key = PER_QUERY_KEY[measure]
-            row[s][f"{measure} vs bm25"] = paired_bootstrap(
+            key = PER_QUERY_KEY[measure_of[s]]
+            row[s][f"{measure_of[s]} vs bm25"] = paired_bootstrap(
                 [scores[q][key] for q in ids[s]], [per_query["bm25"][q][key] for q in ids[s]]
+            )
+        if len(sources) > 1:
+            row["all"][BALANCED] = float(
+                np.mean(
+                    [summary(scores, of_source[src])[MEASURE_OF_SOURCE[src]] for src in sources]
+                )
             )
         rows[name] = row
     best = max(METHODS, key=lambda m: rows[m]["all"][measure])
@@ -340,20 +386,25 @@ def fusion_from(result: dict, fingerprints: Sequence[str], dataset: str = "semev
     cv_value = result["rows"][best]["all"][measure]
     weighted = best == "weighted-sum"
     record = {**record, "fingerprints": list(fingerprints)}
+    if measure == BALANCED:  # splits are already "source/split"
+        measure = "mean of MAP (semeval2016) and nDCG@10 (stackexchange)"
+        tuned_on = label = splits
+    else:
+        tuned_on, label = f"{dataset}/{splits}", f"{dataset} {splits}"
     how = f"best of {', '.join(METHODS)} by {folds}-fold cross-validated {measure} ({cv_value:.2f})"
-    common = {"tuned_on": f"{dataset}/{splits}", "method": best, "cv": record}
+    common = {"tuned_on": tuned_on, "method": best, "cv": record}
     if len(fingerprints) == 1:
         return Fusion(
             bm25=params[0] if weighted else 0.0,
             cosine=params[1] if weighted else 0.0,
-            source=f"{dataset} {splits}: {best}, {how}",
+            source=f"{label}: {best}, {how}",
             params=None if weighted else params,
             **common,
         )
     return Fusion(
         bm25=params[0] if weighted else 0.0,
         cosine=0.0,
-        source=f"{dataset} {splits}: {best} of bm25 and {len(fingerprints)} models, {how}",
+        source=f"{label}: {best} of bm25 and {len(fingerprints)} models, {how}",
         params=params,
         models=list(fingerprints),
         **common,

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -429,14 +430,11 @@ def _evaluate_with(
     benchmark, rankers, encoder, fusion, scorer, key, open_index, accuracy_at, note, dense
 ):
     dataset, split = benchmark.dataset, benchmark.split
+    in_sample = fusion is not None and not fusion.cv and fusion.tuned_on == f"{dataset}/{split}"
+    fusion = _folds_for(fusion, benchmark)
     evaluations = []
     for ranker in rankers:
-        if (
-            ranker == "hybrid"
-            and fusion
-            and not fusion.cv
-            and fusion.tuned_on == f"{dataset}/{split}"
-        ):
+        if ranker == "hybrid" and in_sample:
             note(
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"
@@ -471,10 +469,36 @@ def _evaluate_with(
     return evaluations
 
 
+def _folds_for(fusion: Fusion | None, benchmark: Benchmark) -> Fusion | None:
+    """``fusion`` with only the cross-validation folds of ``benchmark``'s own queries, so
+    that a query is scored with the fit that did not see it, and a query of another dataset
+    or forum whose id happens to match one fitted on is not. A forum query counts as the
+    one fitted on only with the same originals (``cv["originals"]``): ids repeat across
+    forums."""
+    if fusion is None or not fusion.cv:
+        return fusion
+    if not _tuned_on_split(fusion, benchmark.dataset, benchmark.split):
+        return replace(fusion, cv=None)
+    fold_of, originals = fusion.cv.get("fold_of", {}), fusion.cv.get("originals")
+    if benchmark.whole_forum and originals is not None:
+        same = {q.id for q in benchmark.queries if originals.get(q.id) == sorted(q.relevant)}
+        fold_of = {q: fold for q, fold in fold_of.items() if q in same}
+    elif originals is not None:  # a fit that also saw a forum: only its SemEval ids apply
+        fold_of = {q: fold for q, fold in fold_of.items() if q not in originals}
+    if not fold_of:
+        return replace(fusion, cv=None)
+    return replace(fusion, cv={**fusion.cv, "fold_of": fold_of})
+
+
 def _tuned_on_split(fusion, dataset: str, split: str) -> bool:
-    """Whether ``split`` of ``dataset`` holds queries ``fusion`` was (cross-)fitted on."""
-    tuned_dataset, _, splits = (fusion.tuned_on or "").partition("/")
-    return tuned_dataset == dataset and (split == "all" or split in splits.split("+"))
+    """Whether ``split`` of ``dataset`` holds queries ``fusion`` was (cross-)fitted on.
+    ``tuned_on`` reads "semeval2016/train+dev", or "semeval2016/dev+stackexchange/train"
+    for a fit over two sources."""
+    tuned, current = set(), ""
+    for part in (fusion.tuned_on or "").split("+"):
+        current, _, name = part.rpartition("/") if "/" in part else (current, "", part)
+        tuned.add((current, name))
+    return any(d == dataset and split in ("all", s) for d, s in tuned)
 
 
 def eval_index_name(benchmark: Benchmark, key: str, part: str = "") -> str:
