@@ -451,9 +451,8 @@ def test_tune_fusion_out_saves_a_fusion_of_every_model_that_search_reads(
     monkeypatch.setattr(fcv, "semeval_candidate_lists", lambda *args: lists)
     obj = Context(tmp_path, None, True, None)
     out = tmp_path / "both.json"
-    cli._tune_fusion_cv(
-        obj, ["a", "b"], list(encoders), [None, None], 3, "train", "weighted-sum", None, None, out
-    )
+    semeval = ([None, None], 3, "train", "weighted-sum", None)
+    cli._tune_fusion_cv(obj, ["a", "b"], list(encoders), *semeval, None, 100, out, None)
     fusion = Fusion.read(out)
     assert fusion.models == [e.fingerprint for e in encoders]
     assert fusion.method == "weighted-sum" and fusion.params == fcv.fit("weighted-sum", lists)

@@ -142,11 +142,9 @@ def tune_fusion_command(
     if not models:
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     if forum is not None and (dataset != "semeval2016" or folds is None):
-        raise click.BadParameter(
-            "--forum adds a forum's queries to a SemEval --cv fit: give --cv K "
-            "(for a forum alone: --dataset stackexchange --data-dir DIR)",
-            param_hint="--forum",
-        )
+        alone = "for a forum alone: --dataset stackexchange --data-dir DIR"
+        message = f"--forum adds a forum's queries to a SemEval --cv fit: give --cv K ({alone})"
+        raise click.BadParameter(message, param_hint="--forum")
     if dataset == "stackexchange":
         source = click.get_current_context().get_parameter_source("split")
         if source != click.core.ParameterSource.DEFAULT and split != forum_fusion.SPLIT:
@@ -166,27 +164,14 @@ def tune_fusion_command(
             for e in encoders
         ]
         if folds is not None:
-            _tune_fusion_cv(
-                obj,
-                models,
-                encoders,
-                backends,
-                folds,
-                cv_splits,
-                method,
-                report,
-                data_dir,
-                out,
-                forum,
-                dense_candidates,
-            )
+            semeval = (backends, folds, cv_splits, method, data_dir)
+            _tune_fusion_cv(obj, models, encoders, *semeval, forum, dense_candidates, out, report)
             return
         lists = candidate_scores(data_dir, split, backends[0], encoders[0])
-    model = models[0]
     fusion = tune_fusion(
         lists, source=f"semeval2016 {split}, MAP grid search", tuned_on=f"semeval2016/{split}"
     )
-    saved = fusion.save_file(out) if out is not None else fusion.save(model)
+    saved = fusion.save_file(out) if out is not None else fusion.save(models[0])
     if obj.as_json:
         obj.emit(asdict(fusion))
     else:
@@ -197,18 +182,7 @@ def tune_fusion_command(
 
 
 def _tune_fusion_cv(
-    obj,
-    models,
-    encoders,
-    backends,
-    folds,
-    cv_splits,
-    method,
-    report,
-    data_dir,
-    out,
-    forum=None,
-    dense_candidates=None,
+    obj, models, encoders, backends, folds, cv_splits, method, data_dir, forum, dense, out, report
 ):
     from qres.evaluation import forum_fusion
     from qres.evaluation import fusion_fit as fcv
@@ -222,52 +196,14 @@ def _tune_fusion_cv(
     what = f"{len(lists)} SemEval queries ({'+'.join(splits)})"
     if benchmark is not None:
         open_index = lambda name: open_eval_index(obj.backend_name, name)  # noqa: E731
-        more = forum_fusion.indexed_lists(benchmark, encoders, open_index, dense_candidates)
+        more = forum_fusion.indexed_lists(benchmark, encoders, open_index, dense)
         what += f" and {len(more)} of the forum's train split, each half the weight"
         lists += more
     result = fcv.compare_fusions(lists, ["bm25", *map(str, models)], folds, method)
-    if forum is not None:
+    if benchmark is not None:
         result["record"]["originals"] = forum_fusion.originals(benchmark)
-    best, rows = result["chosen"], result["rows"]
-    saved = None
-    if len(models) == 1 or out is not None:  # several: for `qres search --fusion` over them
-        fusion = fcv.fusion_from(result, [e.fingerprint for e in encoders])
-        saved = fusion.save_file(out) if out is not None else fusion.save(models[0])
-    summary = {"chosen": best, "params": result["params"], "saved": str(saved) if saved else None}
-    summary["methods"] = rows
-    if report:
-        everything = {**summary, **result["record"], "per_query": result["per_query"]}
-        everything["fingerprints"] = [e.fingerprint for e in encoders]
-        report.write_text(json.dumps(everything, indent=1))
-    if obj.as_json:
-        obj.emit(summary)
-        return
-    groups = result["record"]["splits"]
-    measure_of = {g: fcv.MEASURE_OF_SOURCE.get(g.partition("/")[0], "MAP") for g in groups}
-    overall = result["record"]["measure"]
-    table = Table(title=f"{folds}-fold CV over {what}")
-    table.add_column("ranker")
-    table.add_column(
-        "mean of both" if overall == fcv.BALANCED else f"all {overall}", justify="right"
-    )
-    for s in groups:
-        table.add_column(f"{s} {measure_of[s]}", justify="right")
-    for s in groups:
-        table.add_column(f"{s} MRR / P@1", justify="right")
-        table.add_column(f"{s} Δ{measure_of[s]} vs bm25 [95% CI]", justify="right")
-    for name, row in rows.items():
-        cells = [f"{row['all'][overall]:.2f}"]
-        cells += [f"{row[s][measure_of[s]]:.2f}" for s in groups]
-        for s in groups:
-            d, lo, hi = row[s][f"{measure_of[s]} vs bm25"]
-            cells += [
-                f"{row[s]['MRR']:.2f} / {row[s]['P@1']:.2f}",
-                f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]",
-            ]
-        table.add_row(name + (" (kept)" if name == best else ""), *cells)
-    stdout.print(table)
-    where = f"saved to {saved}" if saved else "not saved: pass --out FILE"
-    console.print(f"kept {best} ({where})")
+    fusion = fcv.fusion_from(result, [e.fingerprint for e in encoders])
+    _report(obj, result, fusion, models, out, report, f"{folds}-fold CV over {what}")
 
 
 def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candidates, held_out):
@@ -278,30 +214,36 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
     open_index = lambda name: open_eval_index(obj.backend_name, name)  # noqa: E731
     forum = (folds, method, dense_candidates, [Path(m).name for m in models], held_out)
     result, fusion = forum_fusion.tune(data_dir, encoders, open_index, *forum)
-    saved = fusion.save_file(out) if out is not None else None
-    if saved is None and len(models) == 1:
-        saved = fusion.save(models[0])
     record = result["record"]
-    summary = {"chosen": result["chosen"], "params": result["params"], "methods": result["rows"]}
-    summary |= {"saved": str(saved) if saved else None, "record": record}
-    if report:
-        report.write_text(json.dumps({**summary, "per_query": result["per_query"]}, indent=1))
-    if obj.as_json:
-        obj.emit(summary)
-        return
-    table = Table(
-        title=f"{folds}-fold CV over {record['queries']} of the forum's train-split queries "
+    title = (
+        f"{folds}-fold CV over {record['queries']} of the forum's train-split queries "
         f"({record['candidates_per_query']:.0f} candidates on average, "
         f"{record['originals_in_candidates']:.2f}% of originals among them)"
     )
-    for column in ("ranker", "nDCG@10", "R@10", "MRR", "MAP", "ΔnDCG@10 vs bm25 [95% CI]"):
-        table.add_column(column, justify="left" if column == "ranker" else "right")
-    for name, row in result["rows"].items():
-        r = row["train"]
-        d, lo, hi = r["nDCG@10 vs bm25"]
-        cells = [f"{r[m]:.2f}" for m in ("nDCG@10", "R@10", "MRR", "MAP")]
-        kept = " (kept)" if name == result["chosen"] else ""
-        table.add_row(name + kept, *cells, f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+    _report(obj, result, fusion, models, out, report, title, "; the test split was not read")
+
+
+def _report(obj, result, fusion, models, out, report, title, after=""):
+    """Save the fusion (into --out, else into the one model's directory; several models need
+    --out) and report the comparison as JSON (every query's figures into ``report``), or as a
+    table: each ranker's measure, MRR and difference to BM25 per split."""
+    from qres.evaluation.fusion_fit import comparison_table
+
+    saved = fusion.save_file(out) if out else fusion.save(models[0]) if len(models) == 1 else None
+    record = {**result["record"], "fingerprints": fusion.cv["fingerprints"]}
+    summary = {"chosen": result["chosen"], "params": result["params"], "methods": result["rows"]}
+    summary |= {"saved": str(saved) if saved else None, "record": record}
+    if report:
+        report.write_text(json.dumps({**summary, **record, "per_query": result["per_query"]}))
+    if obj.as_json:
+        obj.emit(summary)
+        return
+    headers, rows = comparison_table(result)
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header, justify="left" if header == "ranker" else "right")
+    for row in rows:
+        table.add_row(*row)
     stdout.print(table)
     where = f"saved to {saved}" if saved else "not saved: pass --out FILE"
-    console.print(f"kept {result['chosen']} ({where}); the test split was not read")
+    console.print(f"kept {result['chosen']} ({where}){after}")

@@ -377,6 +377,28 @@ def compare_fusions(
     }
 
 
+def comparison_table(result: dict) -> tuple[list[str], list[list[str]]]:
+    """:func:`compare_fusions`'s result as a table's headers and rows of text: each ranker's
+    measure, MRR and difference to BM25 per split (and their mean over two sources)."""
+    groups, overall = result["record"]["splits"], result["record"]["measure"]
+    measure_of = {g: MEASURE_OF_SOURCE.get(g.partition("/")[0], overall) for g in groups}
+    headers = ["ranker"] + (
+        ["mean of both" if overall == BALANCED else overall] * (len(groups) > 1)
+    )
+    for g in groups:
+        headers += [f"{g} {measure_of[g]}", f"{g} MRR", f"{g} Δ{measure_of[g]} vs bm25 [95% CI]"]
+    rows = []
+    for name, row in result["rows"].items():
+        cells = [name + (" (kept)" if name == result["chosen"] else "")]
+        cells += [f"{row['all'][overall]:.2f}"] * (len(groups) > 1)
+        for g in groups:
+            d, lo, hi = row[g][f"{measure_of[g]} vs bm25"]
+            cells += [f"{row[g][measure_of[g]]:.2f}", f"{row[g]['MRR']:.2f}"]
+            cells.append(f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+        rows.append(cells)
+    return headers, rows
+
+
 def fusion_from(result: dict, fingerprints: Sequence[str], dataset: str = "semeval2016") -> Fusion:
     """The fusion :func:`compare_fusions` chose, as search reads it: of one model's cosine
     (saved in its directory), or of several (``models`` = their ``fingerprints``)."""
