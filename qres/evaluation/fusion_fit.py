@@ -323,13 +323,14 @@ def compare_fusions(
     ``measure`` is ``balanced``: the mean over sources of their measures.
     """
     sources = list(dict.fromkeys(c.source for c in lists))
-    group = (lambda c: c.split) if len(sources) == 1 else (lambda c: f"{c.source}/{c.split}")
-    splits = list(dict.fromkeys(group(c) for c in lists))
-    measure_of = {group(c): MEASURE_OF_SOURCE[c.source] for c in lists}
     if len(sources) > 1:
         measure = BALANCED
+        group = lambda c: f"{c.source}/{c.split}"  # noqa: E731
+        measure_of = {group(c): MEASURE_OF_SOURCE[c.source] for c in lists}
     else:
-        measure_of = dict.fromkeys(splits, measure)
+        group = lambda c: c.split  # noqa: E731
+        measure_of = {c.split: measure for c in lists}
+    splits = list(dict.fromkeys(group(c) for c in lists))
     cv = cross_validate(lists, folds)
     per_query = {}
     for i, name in enumerate(signals):

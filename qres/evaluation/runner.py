@@ -439,7 +439,7 @@ def _evaluate_with(
                 f"warning: the fusion weights were tuned on {dataset} {split}: "
                 "the hybrid figures on it are optimistic"
             )
-        if ranker == "hybrid" and fusion and fusion.cv and _tuned_on_split(fusion, dataset, split):
+        if ranker == "hybrid" and fusion and fusion.cv:  # folds of this benchmark's queries
             note(
                 f"hybrid: {fusion.method} fusion cross-validated in {fusion.cv['folds']} folds "
                 f"over {fusion.tuned_on}: each of those queries is scored with the fusion "
