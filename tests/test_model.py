@@ -18,8 +18,13 @@ MODEL = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
 
 @pytest.fixture
 def model(tmp_path) -> Path:
+    """The shipped GRU without the fusion it ships with: a model as training leaves it."""
     copy = tmp_path / "model"
     shutil.copytree(MODEL, copy)
+    (copy / "fusion.json").unlink()
+    card = json.loads((copy / "model.json").read_text())
+    del card["files"]["fusion.json"]
+    (copy / "model.json").write_text(json.dumps(card))
     return copy
 
 
@@ -29,7 +34,8 @@ def test_the_shipped_model_lists_every_file_it_holds():
     assert set(card["files"]) == on_disk
     for name, entry in card["files"].items():
         assert entry["sha256"] == file_sha256(MODEL / name)
-    assert open_model(MODEL).files == {"model.onnx": "graph", "vocab.txt": "vocabulary"}
+    roles = {"model.onnx": "graph", "vocab.txt": "vocabulary", "fusion.json": "fusion"}
+    assert open_model(MODEL).files == roles
 
 
 def test_saved_fusion_is_listed_and_read_back(model):
