@@ -48,9 +48,10 @@ def test_qres_train_fine_tunes_a_transformer_on_a_forum(tmp_path):
     folder = write_forum(tmp_path / "forum", LINKS)
     out = tmp_path / "run"
     args = ["--dataset", "stackexchange", "--data-dir", str(folder), "--encoder", "transformer"]
-    args += ["--base", str(minilm.get_model_path()), "--out", str(out), "--batch-size", "2"]
+    args += ["--base", "minilm", "--out", str(out), "--batch-size", "2"]  # the packaged one
     result = CliRunner().invoke(train, args)
     assert result.exit_code == 0, result.output
+    assert f"fine-tuned {minilm.get_model_path()} on" in result.output
     assert "next: qres import-encoder sentence-transformers" in result.output
     record = json.loads((out / "qres_finetune.json").read_text())
     assert record["pairs"] == len(ft.ForumTriples(folder).pairs) and record["epochs"] == 1
@@ -65,5 +66,9 @@ def test_transformer_training_refuses_askubuntu(tmp_path):
         + ["--out", str(tmp_path / "r")],
     )
     assert result.exit_code == 1 and "semeval2016 or stackexchange" in result.output
+    missing = CliRunner().invoke(
+        train, ["--encoder", "transformer", "--base", str(tmp_path / "nope"), "--out", "r"]
+    )
+    assert missing.exit_code == 2 and "nope: not a model directory (or minilm)" in missing.output
     result = CliRunner().invoke(train, ["--hold-out", "--out", str(tmp_path / "r")])
     assert result.exit_code == 1 and "--hold-out is for --encoder transformer" in result.output

