@@ -12,7 +12,12 @@ and in rotating order so all see the same load:
   index's first-stage models (for a model set its transformers,
   :data:`qres.encoders.model_set.FIRST_STAGE`), what ``qres search`` runs;
 * ``hybrid_every_model_first_stage`` — the same with every model's nearest questions, the
-  peer of the one above on an index of a model set (absent otherwise).
+  peer of the one above on an index of a model set (absent otherwise);
+* ``hybrid_shown`` — ``qres search`` whole: the ranking with the results' stored fields read
+  for display, a closed duplicate found giving way to its original (:mod:`qres.ranking.
+  duplicates`), and its peer ``hybrid_shown_keep_duplicates`` (``--keep-duplicates``).
+
+The engines above the last two rank alone, duplicates shown as themselves.
 
 Every query is encoded by every model in each hybrid timing. Queries are the titles of
 ``--queries-from`` (any corpus ``qres index`` reads), else synthetic ones
@@ -72,7 +77,10 @@ def run(args, backend) -> dict:
     dense = SearchPipeline.for_index(backend)
     if dense.encoder is None:
         raise SystemExit(f"{args.index_dir}: the index holds no vectors (index with a model)")
+    shown, kept = SearchPipeline.for_index(backend), SearchPipeline.for_index(backend)
+    dense.follow_duplicates = kept.follow_duplicates = False
     bm25_only = SearchPipeline(backend, dense.encoders, dense.fusion, dense_candidates=0)
+    bm25_only.follow_duplicates = False
     engines = {
         "bm25": lambda t: dense.search(t, args.k, "bm25", with_text=False),
         "hybrid_bm25_candidates": lambda t: bm25_only.search(t, args.k, with_text=False),
@@ -80,10 +88,12 @@ def run(args, backend) -> dict:
     }
     if dense.first_stage is not None:
         every = SearchPipeline(backend, dense.encoders, dense.fusion)
-        every.first_stage = None
+        every.first_stage, every.follow_duplicates = None, False
         engines["hybrid_every_model_first_stage"] = lambda t: every.search(
             t, args.k, with_text=False
         )
+    engines["hybrid_shown"] = lambda t: shown.search(t, args.k)
+    engines["hybrid_shown_keep_duplicates"] = lambda t: kept.search(t, args.k)
     for search in engines.values():
         for text in queries[: args.warm_up]:
             search(text)
@@ -111,6 +121,9 @@ def run(args, backend) -> dict:
             for name in names
             if name != "hybrid_bm25_candidates"
         },
+        "hybrid_shown_over_keep_duplicates_p50": round(
+            latency["hybrid_shown"]["p50_ms"] / latency["hybrid_shown_keep_duplicates"]["p50_ms"], 3
+        ),
         "machine": machine(),
     }
 

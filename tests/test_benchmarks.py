@@ -70,8 +70,15 @@ def test_pipeline_latency_times_each_first_stage_over_an_index(tmp_path):
         "pipeline_latency.py", "--index-dir", tmp_path / "index", "--queries-from", demo,
         "--queries", 20, "--warm-up", 2,
     )  # fmt: skip
-    assert set(result["latency"]) == {"bm25", "hybrid_bm25_candidates", "hybrid_dense_first_stage"}
+    assert set(result["latency"]) == {
+        "bm25",
+        "hybrid_bm25_candidates",
+        "hybrid_dense_first_stage",
+        "hybrid_shown",
+        "hybrid_shown_keep_duplicates",
+    }
     assert result["queries"] == 20 and result["first_stage"] == "every"
+    assert result["hybrid_shown_over_keep_duplicates_p50"] > 0
     assert result["hybrid_dense_first_stage_over_bm25_candidates_p50"] > 0
 
 

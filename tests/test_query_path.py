@@ -93,7 +93,15 @@ def test_bm25_asks_the_engine_for_k_and_ids_are_read_for_the_final_k_only(demo, 
     # BM25's candidates alone; the union with the nearest questions reads all K ids to
     # leave out the ones both stages found (tests/test_dense_candidates.py).
     pipeline = SearchPipeline(backend, encoder, FUSION, dense_candidates=0)
+    pipeline.follow_duplicates = False
     assert len(pipeline.search("install ubuntu from usb", 3, "bm25")) == 3
     assert len(pipeline.search("install ubuntu from usb", 3, "hybrid")) == 3
     assert asked == [3, 100]
     assert resolved == [3, 3]
+    # Following closed duplicates to their originals ranks 2k, in case some drop out.
+    asked.clear(), resolved.clear()
+    pipeline.follow_duplicates = True
+    assert len(pipeline.search("install ubuntu from usb", 3, "bm25")) == 3
+    assert len(pipeline.search("install ubuntu from usb", 3, "hybrid")) == 3
+    assert asked == [6, 100]
+    assert resolved == [6, 6]

@@ -191,6 +191,20 @@ def test_written_extras_come_back_with_searches_and_the_question(client):
         client.delete(f"/questions/{qid}")
 
 
+def test_a_question_written_as_a_closed_duplicate_leads_searches_to_its_original(client):
+    lines = [
+        {"id": "o1", "title": "narwhal tusk polishing", "body": "how do I polish it"},
+        {"id": "d1", "title": "okapi stripes fading", "extras": {"duplicate_of": "o1"}},
+    ]
+    content = "\n".join(json.dumps(line) for line in lines).encode()
+    assert client.post("/questions", content=content).status_code == 200
+    hits = client.get("/search", params={"q": "okapi stripes fading", "k": 3}).json()["results"]
+    assert (hits[0]["id"], hits[0]["via"]) == ("o1", "d1")  # d1 matched; o1 has the answers
+    assert "d1" not in [h["id"] for h in hits]
+    for qid in ("o1", "d1"):
+        client.delete(f"/questions/{qid}")
+
+
 def test_batch_of_json_lines(client):
     lines = b"\n".join(
         [

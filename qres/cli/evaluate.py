@@ -80,6 +80,13 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
     help="Also rank the whole corpus for each query with a relevant question (the query "
     "left out) and report Acc@K, the percent with one in the top K. Repeatable.",
 )
+@click.option(
+    "--links/--no-links",
+    default=True,
+    help="stackexchange: index the forum with its duplicate links, so that a question found "
+    "that was closed as a duplicate before the query was gives way to its original, as "
+    "`qres search` does; --no-links ranks on the text alone.  [default: --links]",
+)
 @click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
 @click.option(
     "--save-run",
@@ -106,6 +113,7 @@ def evaluate(
     data_dir,
     corpus,
     accuracy_at,
+    links,
     per_query,
     save_run,
     compare,
@@ -123,6 +131,8 @@ def evaluate(
                  rank each query's labelled candidates.
     stackexchange  DIR/Posts.xml, PostLinks.xml: each duplicate searches the forum; R@1/10/100,
                  MRR@10, nDCG@10; --split all, train (oldest 80%), test (newest 20%).
+                 A question found that the forum closed as a duplicate before the
+                 query was gives way to its original (--no-links: text alone).
     The qres rankers run the production search path (each query's candidates only,
     or the whole forum), over an evaluation index kept under $QRES_HOME/eval.
     --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
@@ -151,6 +161,7 @@ def evaluate(
           --compare
       qres evaluate --dataset stackexchange --split test --ranker bm25 --ranker hybrid \\
           --model-set default --compare
+      qres evaluate --dataset stackexchange --split test --model-set fast --no-links
     """
     from qres.evaluation import runner as ev
     from qres.evaluation.rankers import open_eval_index
@@ -158,7 +169,7 @@ def evaluate(
     models = _with_model_set(model_set, models)
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
-        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus)
+        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
     if compare and len(rankers) != 2:

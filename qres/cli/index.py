@@ -17,7 +17,15 @@ from qres.cli.group import (
     json_option,
     model_set_option,
 )
-from qres.corpus.readers import FORMATS, ReadStats, read_corpus
+from qres.corpus import duplicate_links
+from qres.corpus.readers import FORMATS, ReadStats, detect_format, read_corpus
+
+
+def _links_beside(corpus: Path, fmt: str | None) -> Path | None:
+    """A dump's PostLinks.xml beside its Posts.xml, read with it by default."""
+    if (fmt or detect_format(corpus)) != "stackexchange":
+        return None
+    return duplicate_links.beside(corpus)
 
 
 @click.command()
@@ -63,6 +71,14 @@ from qres.corpus.readers import FORMATS, ReadStats, read_corpus
     help="BM25 text analysis of a new index: stemmed with stop words removed, or plain words.",
 )
 @click.option("--title-boost", default=2.0, show_default=True, help="BM25 weight of the title.")
+@click.option(
+    "--links",
+    "links_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A StackExchange PostLinks.xml(.gz): a question it closes as a duplicate leads "
+    "search to its original [default: the PostLinks.xml beside a Posts.xml CORPUS].",
+)
+@click.option("--no-links", is_flag=True, help="Read no duplicate links, not even beside CORPUS.")
 @click.pass_obj
 def index(
     obj: Context,
@@ -77,6 +93,8 @@ def index(
     analyzer,
     title_boost,
     rewrite,
+    links_file,
+    no_links,
 ):
     """Index the questions of CORPUS (re-running replaces questions by id).
 
@@ -88,7 +106,9 @@ def index(
       semeval-xml  SemEval Task 3 XML (its related questions)
       semeval-csv  SemEval-2016 subtask B train-part-1 CSV
       stackexchange  a StackExchange dump's Posts.xml (questions; HTML to text)
-    A malformed record stops the run with file:line and the problem (--skip-bad
+    A question closed as a duplicate (the dump's PostLinks.xml beside Posts.xml,
+    or --links FILE) is stored with its originals: search shows the original
+    in its place. A malformed record stops the run with file:line and the problem (--skip-bad
     skips it). Progress is committed every 20,000 questions: after a crash or
     Ctrl-C the index holds what was committed and a re-run completes it.
 
@@ -118,6 +138,9 @@ def index(
         check_keeps_vectors(backend, encoder)
         stats = ReadStats()
         questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
+        links_file = None if no_links else links_file or _links_beside(corpus, fmt)
+        closed = duplicate_links.read(links_file) if links_file else {}
+        questions = duplicate_links.attach(questions, closed) if closed else questions
         task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
         started = time.perf_counter()
 
@@ -150,6 +173,8 @@ def index(
         "index_size": total,
         "vectors": encoder is not None,
         "compacted_dead_vector_rows": compacted,
+        "duplicate_links": str(links_file) if links_file else None,
+        "closed_duplicates_known": len(closed),
         "skipped_examples": stats.problems,
     }
     if obj.as_json:
@@ -162,6 +187,12 @@ def index(
         f"{report.unchanged:,} already indexed as they are; "
         f"index now holds {total:,}" + (" with vectors" if encoder else "")
     )
+    if links_file:
+        console.print(
+            f"{len(closed):,} questions closed as duplicates in {links_file.name}: search "
+            "shows their originals in their place",
+            highlight=False,
+        )
     if compacted:
         console.print(f"compacted the index: {compacted:,} dead vector rows reclaimed")
     for problem in stats.problems:

@@ -53,6 +53,12 @@ from qres.cli.group import (
 @dense_candidates_option
 @click.option("--explain", is_flag=True, help="Show each result's BM25, cosine(s) and fused score.")
 @click.option(
+    "--keep-duplicates",
+    is_flag=True,
+    help="Show a question closed as a duplicate as itself [default: its original in its "
+    'place, marked "via" it, where the index holds the forum\'s duplicate links].',
+)
+@click.option(
     "--log-queries",
     is_flag=True,
     help="Elasticsearch: record the search (query, mode, latency, top ids) in qres-search-log "
@@ -60,7 +66,17 @@ from qres.cli.group import (
 )
 @click.pass_obj
 def search(
-    obj: Context, text, k, mode, model, fusion, candidates, dense_candidates, explain, log_queries
+    obj: Context,
+    text,
+    k,
+    mode,
+    model,
+    fusion,
+    candidates,
+    dense_candidates,
+    explain,
+    keep_duplicates,
+    log_queries,
 ):
     """Find the indexed questions most like TEXT.
 
@@ -87,6 +103,7 @@ def search(
             fusion=fusion,
             dense_candidates=dense_candidates,
         )
+        pipeline.follow_duplicates &= not keep_duplicates
         signals = model_labels(pipeline.encoders)
         mode = pipeline.mode
         started = time.perf_counter()
@@ -135,7 +152,10 @@ def search(
             extra = [f"{r.bm25:.2f}", *shown]
         if answers:
             extra.append("-" if r.answer_count is None else str(r.answer_count))
-        table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, Text(r.title))
+        title = Text(r.title)
+        if r.via is not None:
+            title.append(f" (via {r.via}, closed as its duplicate)", style="dim")
+        table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, title)
     stdout.print(table)
 
 
@@ -145,7 +165,7 @@ def _json_result(rank: int, r, signals: list[str]) -> dict:
     each = r.cosines if len(signals) > 1 else (r.cosine,)
     out["cosines"] = {s: (None if each is None else each[j]) for j, s in enumerate(signals)}
     out.update(title=r.title, tags=list(r.tags), snippet=r.snippet)
-    out.update(answer_count=r.answer_count, extras=dict(r.extras))
+    out.update(answer_count=r.answer_count, extras=dict(r.extras), via=r.via)
     return out
 
 

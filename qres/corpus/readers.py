@@ -49,7 +49,10 @@ csv.field_size_limit(2**31 - 1)  # long fields are cut by _clean, not refused by
 # What a forum shows beside a question, stored but never ranked on (``Question.extras``): the
 # keys a StackExchange dump gives, and their kinds. A TSV column or JSONL key of one of these
 # names fills it; JSONL's ``extras`` object may add others (integer or string values).
-KNOWN_EXTRAS = dict(stackexchange.EXTRAS.values())
+KNOWN_EXTRAS = dict(stackexchange.EXTRAS.values()) | {
+    stackexchange.DUPLICATE_OF: str,  # closed as a duplicate of (qres.corpus.duplicate_links)
+    stackexchange.DUPLICATE_DATES: str,
+}
 MAX_EXTRAS = 20  # display fields per question
 MAX_EXTRA_KEY_CHARS = 64
 

@@ -28,6 +28,8 @@ EXTRAS = {
     "AcceptedAnswerId": ("accepted_answer_id", str),
     "ClosedDate": ("closed_date", str),
 }
+# What qres.corpus.duplicate_links adds from PostLinks.xml to a question closed as a duplicate.
+DUPLICATE_OF, DUPLICATE_DATES = "duplicate_of", "duplicate_dates"
 _BLOCKS = {
     "p", "div", "pre", "br", "li", "ul", "ol", "blockquote", "hr", "table", "tr",
     "h1", "h2", "h3", "h4", "h5", "h6",

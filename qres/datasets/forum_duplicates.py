@@ -17,16 +17,15 @@ training.
 
 from __future__ import annotations
 
-import gzip
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from qres.corpus.readers import CorpusError, read_corpus
+from qres.corpus import duplicate_links
+from qres.corpus.duplicate_links import read_links
+from qres.corpus.readers import CorpusError, Question, read_corpus
 from qres.datasets.benchmarks import RankingQuery, default_data_dir
 
-DUPLICATE = "3"
 SPLITS = ("all", "train", "test")
 TRAIN_SHARE = 0.8
 # The newest train-split queries kept out of training: the GRU path chooses its epoch on
@@ -41,6 +40,18 @@ class ForumDuplicates:
     posts: Path  # Posts.xml: the whole forum, what the evaluation index holds
     links: Path
     cut_date: str  # the first closing date of the test split
+    # Each duplicate's originals with the links' dates: what the evaluation index holds, so
+    # that search finds an original through an older duplicate of it (qres.ranking.duplicates).
+    known_links: duplicate_links.Links
+
+    def corpus(self) -> Iterator[Question]:
+        """Every question of the forum, a closed duplicate with its links."""
+        return forum_corpus(self.posts, self.known_links)
+
+
+def forum_corpus(posts: Path, links: duplicate_links.Links) -> Iterator[Question]:
+    """The questions of ``posts``, each closed duplicate with its ``links`` in its extras."""
+    return duplicate_links.attach(read_corpus(posts, "stackexchange"), links)
 
 
 def forum_dir(data_dir: Path | None) -> Path:
@@ -56,22 +67,6 @@ def _find(folder: Path, name: str) -> Path:
     raise CorpusError(folder / name, None, "not found: give the folder that holds the dump")
 
 
-def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
-    """(PostId, RelatedPostId, CreationDate) of each duplicate link, streamed."""
-    try:
-        with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as f:
-            for _, row in ET.iterparse(f):
-                if row.tag == "row" and row.get("LinkTypeId") == DUPLICATE:
-                    post, related = row.get("PostId"), row.get("RelatedPostId")
-                    if post and related:
-                        yield post, related, row.get("CreationDate") or ""
-                row.clear()
-    except ET.ParseError as err:
-        raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
-    except (OSError, EOFError) as err:
-        raise CorpusError(path, None, f"cannot read the file ({err})") from None
-
-
 def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDuplicates:
     """The duplicate queries of ``split`` (one of :data:`SPLITS`), with their questions."""
     if split not in SPLITS:
@@ -84,7 +79,8 @@ def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDup
         originals.add(related)
         closed[post] = (min(first, date), originals)
     wanted = set(closed) | {o for _, originals in closed.values() for o in originals}
-    questions = {q.id: q for q in read_corpus(posts, "stackexchange") if q.id in wanted}
+    known = duplicate_links.read(links)
+    questions = {q.id: q for q in forum_corpus(posts, known) if q.id in wanted}
     present = {
         post: (date, frozenset(o for o in originals if o in questions))
         for post, (date, originals) in closed.items()
@@ -97,7 +93,7 @@ def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDup
         RankingQuery(post, [], present[post][1], question=questions[post]) for _, post in chosen
     ]
     cut_date = ordered[cut][0] if cut < len(ordered) else ""
-    return ForumDuplicates(queries, posts, links, cut_date)
+    return ForumDuplicates(queries, posts, links, cut_date, known)
 
 
 def held_out_cut(n_train: int) -> int:

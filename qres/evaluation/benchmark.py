@@ -47,6 +47,8 @@ class Benchmark:
     folder: Path | None = None  # the dataset's folder, named in errors
     missing_texts: bool = False  # AskUbuntu without its corpus file: given-order only
     whole_forum: bool = False  # each query ranks the whole corpus (stackexchange)
+    # A forum indexed with its duplicate links: a closed duplicate found leads to its original.
+    with_links: bool = False
 
 
 class SetupError(ValueError):

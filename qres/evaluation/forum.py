@@ -3,8 +3,10 @@ stackexchange``, ``qres tune-fusion --dataset stackexchange``).
 
 Each question closed as a duplicate (:mod:`qres.datasets.forum_duplicates`) searches the
 whole indexed forum with its title and body through the production :class:`SearchPipeline`,
-its own id left out; its top :data:`FORUM_DEPTH` is scored as :data:`FORUM_COLUMNS` with
-binary gains over its linked originals (:func:`score_forum`).
+its own id left out, as of the time it was closed: a question found that the forum had
+closed as a duplicate before then gives way to its original (:mod:`qres.ranking.duplicates`;
+``qres evaluate --no-links`` ranks on the text alone). Its top :data:`FORUM_DEPTH` is scored
+as :data:`FORUM_COLUMNS` with binary gains over its linked originals (:func:`score_forum`).
 
 Fusion fitting (:func:`forum_candidate_lists`): each query's candidates are what the
 production pipeline rescores (BM25's top K together with the questions nearest its vector),
@@ -28,7 +30,7 @@ FORUM_COLUMNS = ("R@1", "R@10", "R@100", "MRR@10", "nDCG@10")
 FORUM_DEPTH = 100  # how deep each forum query's ranking goes (R@100)
 
 
-def load_forum(split: str, data_dir: Path | None) -> Benchmark:
+def load_forum(split: str, data_dir: Path | None, links: bool = True) -> Benchmark:
     if split not in forum_duplicates.SPLITS:
         raise SetupError(
             "--split", f"stackexchange splits are {', '.join(forum_duplicates.SPLITS)}"
@@ -39,12 +41,13 @@ def load_forum(split: str, data_dir: Path | None) -> Benchmark:
         split,
         forum.queries,
         {q.id: q.question for q in forum.queries},
-        partial(read_corpus, forum.posts, "stackexchange"),
+        forum.corpus if links else partial(read_corpus, forum.posts, "stackexchange"),
         True,
         has_given_order=False,
         source=forum.posts,
         folder=forum.posts.parent,
         whole_forum=True,
+        with_links=links,
     )
 
 

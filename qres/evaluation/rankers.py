@@ -22,6 +22,7 @@ from qres.backends import open_backend
 from qres.backends.base import Backend, BackendError, IndexFormatError, index_models
 from qres.corpus.readers import Question
 from qres.indexing.pipeline import index_questions
+from qres.ranking import duplicates
 from qres.ranking.search import DEFAULT_DENSE_CANDIDATES, MODES, SearchPipeline
 
 RANKERS = ("given-order", "bm25", "dense", "hybrid", "bow-cnn")
@@ -88,7 +89,11 @@ class PipelineRanker:
             pipeline = self.corpus_pipeline
             if pipeline is self.pipeline:  # a forum: the fusion's held-out fold, as in score
                 pipeline = self._held_out(query.id)
-            results = pipeline.search(query.text, k + 1, self.mode, None, vector, with_text=False)
+            # The forum as it was when the query was closed: only older links are followed.
+            since = duplicates.first_closed(query.extras)
+            results = pipeline.search(
+                query.text, k + 1, self.mode, None, vector, with_text=False, links_before=since
+            )
             tops.append([(r.id, r.score) for r in results if r.id != query.id][:k])
         return tops
 

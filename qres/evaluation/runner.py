@@ -227,7 +227,11 @@ def accuracy(
 
 
 def load_benchmark(
-    dataset: str, split: str | None, data_dir: Path | None = None, corpus: Path | None = None
+    dataset: str,
+    split: str | None,
+    data_dir: Path | None = None,
+    corpus: Path | None = None,
+    links: bool = True,
 ) -> Benchmark:
     """``split`` of ``dataset`` (one of ``DATASETS``) from ``data_dir`` (the layout's root;
     for android the folder of its files).
@@ -237,13 +241,15 @@ def load_benchmark(
     * askubuntu — the texts come from ``corpus`` (text_tokenized.txt.gz; without it only
       given-order can rank); the candidates' index holds the queries and candidates, Acc@k
       ranks the whole ``corpus`` file;
-    * android — AUC(0.05) too; the whole corpus is indexed and is what Acc@k ranks.
+    * android — AUC(0.05) too; the whole corpus is indexed and is what Acc@k ranks;
+    * stackexchange — the whole forum is indexed, with its duplicate links unless ``links``
+      is False (:mod:`qres.evaluation.forum`).
     """
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
     split = default_split(dataset, split)
     if dataset == "stackexchange":
-        return load_forum(split, data_dir)
+        return load_forum(split, data_dir, links)
     if split == "all":
         raise SetupError("--split", f"{dataset} has no split 'all': use dev or test")
     if dataset != "semeval2016" and split == "train":
@@ -505,7 +511,10 @@ def eval_index_name(benchmark: Benchmark, key: str, part: str = "") -> str:
     """The evaluation index of ``benchmark``'s texts for models ``key`` (their fingerprints'
     heads, or ``bm25``): re-used only for the same models and the same source file."""
     if benchmark.source is not None:
-        key += "-" + hashlib.sha1(str(benchmark.source.resolve()).encode()).hexdigest()[:8]
+        where = str(benchmark.source.resolve())
+        if benchmark.with_links:  # that index holds the forum's duplicate links as well
+            where += "|links"
+        key += "-" + hashlib.sha1(where.encode()).hexdigest()[:8]
     return f"{benchmark.dataset}-{part}{key}"
 
 

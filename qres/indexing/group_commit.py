@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qres.backends.base import Backend
+from qres.corpus import duplicate_links
 from qres.corpus.readers import Question
 
 log = logging.getLogger("qres.serve")
@@ -49,6 +50,7 @@ class GroupCommitWriter:
     ):
         """``on_commit(n_ops, seconds)`` is called after each successful commit."""
         self.backend, self.max_batch, self.on_commit = backend, max_batch, on_commit
+        self._flagged = False  # whether the index is known to hold duplicate links
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="qres-writer", daemon=True)
         self._thread.start()
@@ -63,6 +65,15 @@ class GroupCommitWriter:
         """Commit what is queued, then stop the thread."""
         self._queue.put(None)
         self._thread.join()
+
+    def _flag_links(self, questions: Sequence[Question]) -> None:
+        """Mark the index as holding duplicate links once a question naming its originals
+        is written (search then follows them: qres.ranking.duplicates)."""
+        if self._flagged or not duplicate_links.names_originals(questions):
+            return
+        if not self.backend.metadata().get(duplicate_links.INDEX_FLAG):
+            self.backend.set_metadata({duplicate_links.INDEX_FLAG: True})
+        self._flagged = True
 
     def _next_group(self, first) -> tuple[list, bool]:
         group, size, stop = [first], _size(first[0]), False
@@ -90,6 +101,7 @@ class GroupCommitWriter:
                 for op, _ in group:
                     if isinstance(op, Upsert):
                         self.backend.upsert(op.questions, op.vectors)
+                        self._flag_links(op.questions)
                     else:
                         self.backend.delete(op.ids)
                 self.backend.commit()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres.backends.base import Backend, BackendError, index_models
+from qres.corpus import duplicate_links
 from qres.corpus.readers import Question, read_corpus
 from qres.encoders.model_set import model_set_of
 
@@ -111,6 +112,7 @@ def index_questions(
     seen: set[str] = set()
     start = time.perf_counter()
     since_commit = 0
+    flagged = bool(backend.metadata().get(duplicate_links.INDEX_FLAG))
     preparer = _Preparer(backend.analysis(), [e.tokenizer() for e in encoders])
     pool = None
     prepared = 0
@@ -149,12 +151,15 @@ def index_questions(
         return batch
 
     def write(batch: _Batch) -> None:
-        nonlocal since_commit
+        nonlocal since_commit, flagged
         for q in batch.questions:
             if q.id in seen:
                 report.duplicates += 1
             seen.add(q.id)
         backend.upsert(batch.questions, batch.vectors, batch.terms)
+        if not flagged and duplicate_links.names_originals(batch.questions):
+            backend.set_metadata({duplicate_links.INDEX_FLAG: True})
+            flagged = True
         report.indexed += len(batch.questions)
         since_commit += len(batch.questions)
         if since_commit >= commit_every:

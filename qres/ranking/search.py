@@ -39,6 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from qres.backends.base import Backend, BackendError, Candidates, index_models
+from qres.corpus import duplicate_links
+from qres.ranking import duplicates
 from qres.ranking.fusion import DEFAULT, Fusion, normalize_bm25, shipped_fusion_for
 
 MODES = ("bm25", "dense", "hybrid")
@@ -64,6 +66,9 @@ class Result:
     answer_count: int | None = field(default=None, compare=False)  # None: not known
     # Every stored display field (a dump's score, answer count, accepted answer, closed date).
     extras: Mapping[str, int | str] = field(default_factory=dict, compare=False)
+    # The closed duplicate whose match put this original here, with its rank and scores
+    # (qres.ranking.duplicates); None: the question matched itself.
+    via: str | None = field(default=None, compare=False)
 
 
 def answer_count(extras: Mapping) -> int | None:
@@ -173,6 +178,9 @@ class SearchPipeline:
         )
         self.mode = mode or ("hybrid" if encoder is not None else "bm25")
         self._owns_backend = False
+        # A closed duplicate found gives way to its original (False: shown as itself), in an
+        # index holding any duplicate links (qres.corpus.duplicate_links).
+        self.follow_duplicates = bool(backend.metadata().get(duplicate_links.INDEX_FLAG))
         for e in self.encoders:
             check_model_matches(backend, e)
         # In an index of several models, query vectors are handed over by fingerprint.
@@ -304,16 +312,27 @@ class SearchPipeline:
         query_vector: np.ndarray | None = None,
         *,
         with_text: bool = True,
+        links_before: str | None = None,
     ) -> list[Result]:
         """Top ``k`` for ``text`` in ``mode`` (default :attr:`mode`); ``query_vector``
         replaces encoding ``text`` (evaluation encodes a whole question, title and body).
         Each result carries its question's title, tags, a snippet of its body, its answer
         count and other extras where stored, read from the index for these k only
-        (``with_text=False``: ranking alone, as evaluation does)."""
-        results = self._rank(text, k, mode, only_ids, query_vector)
+        (``with_text=False``: ranking alone, as evaluation does). Searching the whole index,
+        a question closed as a duplicate gives way to its original
+        (:mod:`qres.ranking.duplicates`; ``links_before``: only links made before then)."""
+        mode = mode or self.mode
+        if mode != "bm25" and self.encoder is not None:
+            query_vector = self._query_vectors(text, query_vector)
+        stored: dict = {}
+        if self.follow_duplicates and only_ids is None:
+            results, stored = self._following_duplicates(text, k, mode, query_vector, links_before)
+        else:
+            results = self._rank(text, k, mode, only_ids, query_vector)
         if not with_text or not results:
             return results
-        stored = self.backend.fetch([r.id for r in results])
+        missing = [r.id for r in results if r.id not in stored]
+        stored = {**stored, **(self.backend.fetch(missing) if missing else {})}
         shown = []
         for r in results:
             q = stored.get(r.id)
@@ -329,24 +348,20 @@ class SearchPipeline:
             shown.append(r)
         return shown
 
-    def _rank(self, text, k, mode, only_ids, query_vector) -> list[Result]:
-        mode = mode or self.mode
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
-        if k < 1:
-            raise ValueError(f"k must be at least 1, not {k}")
-        if mode == "bm25":
-            window = k  # nothing is rescored: the engine's own top k
-        else:
-            window = max(k, self.candidates) if only_ids is None else len(only_ids)
-        if mode == "bm25" or self.encoder is None:
-            found = self.backend.candidates(text, window, only_ids=only_ids)
-            if mode == "bm25" or not len(found):
-                top = range(min(k, len(found)))
-                scores = [float(found.scores[i]) for i in top]
-                ids = found.ids(top)
-                return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)]
-            raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
+    def _following_duplicates(self, text, k, mode, query_vector, links_before):
+        """The top ``k`` once closed duplicates gave way to their originals, and the
+        questions read to know it; ranks deeper while duplicates leave fewer than ``k``."""
+        depth = 2 * k  # ids are cheap to read; stored questions are read only as needed
+        while True:
+            ranked = self._rank(text, k, mode, None, query_vector, depth)
+            shown, stored = duplicates.follow(ranked, self.backend.fetch, k, links_before)
+            if len(shown) >= k or len(ranked) < depth:
+                return shown, stored
+            depth *= 2
+
+    def _query_vectors(self, text, query_vector):
+        """The query's vector (``{fingerprint: vector}`` in an index of several models),
+        encoded unless given."""
         several = len(self.encoders) > 1
         if query_vector is None and several:
             query_vector = {e.fingerprint: e.encode_query(text) for e in self.encoders}
@@ -356,6 +371,31 @@ class SearchPipeline:
             raise ValueError("an index of several models needs a query vector per model")
         if self._keyed and not isinstance(query_vector, dict):
             query_vector = {self.encoder.fingerprint: query_vector}
+        return query_vector
+
+    def _rank(self, text, k, mode, only_ids, query_vector, depth=None) -> list[Result]:
+        """The first ``depth`` (default ``k``) of the ranking a top ``k`` is cut from: the
+        candidates to rescore are those of a top ``k`` whatever the depth."""
+        depth = depth or k
+        mode = mode or self.mode
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (one of {', '.join(MODES)})")
+        if k < 1:
+            raise ValueError(f"k must be at least 1, not {k}")
+        if mode == "bm25":
+            window = depth  # nothing is rescored: the engine's own top k
+        else:
+            window = max(k, self.candidates) if only_ids is None else len(only_ids)
+        if mode == "bm25" or self.encoder is None:
+            found = self.backend.candidates(text, window, only_ids=only_ids)
+            if mode == "bm25" or not len(found):
+                top = range(min(depth, len(found)))
+                scores = [float(found.scores[i]) for i in top]
+                ids = found.ids(top)
+                return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)]
+            raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
+        several = len(self.encoders) > 1
+        query_vector = self._query_vectors(text, query_vector)
         found = self.candidate_set(text, window, query_vector, only_ids)
         if not len(found):
             return []
@@ -368,7 +408,7 @@ class SearchPipeline:
         # Rescored candidates first by score; the ones without a vector after them, BM25 order
         # (lexsort is stable: equal scores keep their BM25 order too).
         position = np.arange(len(found))
-        order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:k]
+        order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:depth]
         fallback = normalize_bm25(bm25)
         return [
             Result(

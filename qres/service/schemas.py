@@ -32,7 +32,9 @@ class QuestionIn(BaseModel):
     extras: Annotated[dict[str, int | str], BeforeValidator(_extras)] = Field(
         default_factory=dict,
         description="What the forum shows beside the question, stored, never searched: "
-        "answer_count, score (whole numbers), accepted_answer_id, closed_date, or others.",
+        "answer_count, score (whole numbers), accepted_answer_id, closed_date, or others; "
+        "duplicate_of (space-separated ids) marks a question closed as a duplicate of "
+        "those, which search then shows in its place.",
     )
 
 
@@ -69,6 +71,11 @@ class HitOut(BaseModel):
     )
     url: str | None = Field(
         default=None, description="The question's page (with `qres serve --question-url`)."
+    )
+    via: str | None = Field(
+        default=None,
+        description="The id of the question found, where the forum closed it as a duplicate "
+        "of this one: this original is shown in its place, at its rank and score.",
     )
     bm25: float | None = Field(default=None, description="With explain: the BM25 score.")
     cosine: float | None = Field(

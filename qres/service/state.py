@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from qres.backends import open_backend
 from qres.backends.base import BackendError
+from qres.corpus.duplicate_links import names_originals
 from qres.corpus.readers import Question
 from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
 from qres.ranking.search import SearchPipeline, model_labels, search_log_record
@@ -130,6 +131,8 @@ class Service:
         hit = {"rank": rank, "id": r.id, "title": r.title, "score": round(r.score, 6)}
         hit.update(tags=list(r.tags), snippet=r.snippet)
         hit.update(answer_count=r.answer_count, extras=dict(r.extras))
+        if r.via is not None:
+            hit["via"] = r.via
         if self.config.question_url:
             hit["url"] = self.config.question_url.replace("{id}", quote(r.id, safe=""))
         if explain:
@@ -183,6 +186,8 @@ class Service:
         if self.encoder is not None:
             vectors = await run_in_threadpool(self._vectors, questions)
         await self.write(Upsert(questions, vectors))
+        if names_originals(questions):  # this worker's searches follow them from now on
+            self.pipeline.follow_duplicates = True
 
 
 def _round(value: float | None) -> float | None:

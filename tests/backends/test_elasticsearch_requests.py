@@ -1449,3 +1449,30 @@ def subprocess_pid_that_exited() -> int:
     code = "import os; print(os.getpid())"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     return int(proc.stdout)
+
+
+def test_a_closed_duplicate_found_on_elasticsearch_gives_way_to_its_original(cluster):
+    """The same walk as on the embedded index (qres.ranking.duplicates): the hits' stored
+    fields are read with one _mget, the original the duplicate names with another."""
+    cluster.on("GET", "/qres-questions/_mapping", mapping(meta={"closed_duplicates": True}))
+    cluster.on("POST", "/qres-questions/_search", search_answer(("d1", 3.0), ("u2", 2.0)))
+
+    def mget(request):
+        docs = []
+        for qid in request.body["ids"]:
+            source = {"title": f"title {qid}", "body": "body", "tags": []}
+            if qid == "d1":
+                source["extras"] = {"duplicate_of": "o1", "duplicate_dates": "2013-05-01"}
+            docs.append({"_id": qid, "found": True, "_source": source})
+        return 200, {"docs": docs}
+
+    cluster.on("POST", "/qres-questions/_mget", mget)
+    backend = cluster.backend()
+    results = SearchPipeline(backend).search("visa", 2)
+    assert [(r.id, r.via, r.score, r.title) for r in results] == [
+        ("o1", "d1", 3.0, "title o1"),
+        ("u2", None, 2.0, "title u2"),
+    ]
+    asked = [r.body["ids"] for r in cluster.sent("POST", "/qres-questions/_mget")]
+    assert asked == [["d1", "u2"], ["o1"]]  # nothing read twice for display
+    backend.close()

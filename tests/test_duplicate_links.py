@@ -1,0 +1,269 @@
+"""A forum's duplicate links: read from PostLinks.xml, kept with the duplicates, and followed
+by search (a closed duplicate found gives way to its original), in evaluation only as of the
+time each query was closed."""
+
+import gzip
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from qres.backends.embedded import EmbeddedBackend
+from qres.cli import cli
+from qres.corpus import duplicate_links
+from qres.corpus.readers import CorpusError, Question
+from qres.indexing.pipeline import index_questions
+from qres.ranking import duplicates
+from qres.ranking.search import Result, SearchPipeline
+from tests.test_forum_evaluation import write_forum
+
+LINKS = [
+    ("21", "1", "2012-01-01T10:00:00.000", 3),
+    ("21", "2", "2012-03-01T10:00:00.000", 3),
+    ("21", "2", "2012-03-01T10:00:00.000", 3),  # listed twice: kept once
+    ("22", "1", "2011-06-01T10:00:00.000", 3),
+    ("23", "23", "2011-06-01T10:00:00.000", 3),  # a link to itself: ignored
+    ("24", "3", "2011-06-01T10:00:00.000", 1),  # "linked", not a duplicate
+]
+
+
+def postlinks(path, links):
+    rows = [
+        f'<row Id="{n}" CreationDate="{d}" PostId="{p}" RelatedPostId="{r}" LinkTypeId="{t}" />'
+        for n, (p, r, d, t) in enumerate(links, start=1)
+    ]
+    text = "<postlinks>\n" + "\n".join(rows) + "\n</postlinks>\n"
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["PostLinks.xml", "PostLinks.xml.gz"])
+def test_links_are_read_oldest_first_duplicates_only(tmp_path, name):
+    path = postlinks(tmp_path / name, LINKS)
+    assert duplicate_links.beside(tmp_path / "Posts.xml") == path
+    assert duplicate_links.read(path) == {
+        "21": [("1", "2012-01-01T10:00:00.000"), ("2", "2012-03-01T10:00:00.000")],
+        "22": [("1", "2011-06-01T10:00:00.000")],
+    }
+
+
+def test_malformed_links_name_the_file_and_line(tmp_path):
+    path = tmp_path / "PostLinks.xml"
+    path.write_text(
+        '<postlinks>\n<row Id="1" PostId="2" RelatedPostId="3" LinkTypeId="3" />\n<row\n'
+    )
+    with pytest.raises(CorpusError) as err:
+        duplicate_links.read(path)
+    assert str(err.value).startswith(f"{path}:") and "malformed XML" in str(err.value)
+
+
+def test_attach_keeps_the_links_in_the_extras_and_originals_reads_them():
+    known = {"21": [("1", "2012-01-01T10:00:00.000"), ("2", "2012-03-01T10:00:00.000")]}
+    q21, q5 = duplicate_links.attach(
+        [Question("21", "t", "b", (), {"score": 3}), Question("5", "t", "b")], known
+    )
+    assert q21.extras == {
+        "score": 3,
+        "duplicate_of": "1 2",
+        "duplicate_dates": "2012-01-01T10:00:00.000 2012-03-01T10:00:00.000",
+    }
+    assert q5.extras == {}
+    assert duplicates.originals(q21.extras) == ["1", "2"]
+    assert duplicates.originals(q21.extras, before="2012-02-01") == ["1"]
+    assert duplicates.originals(q21.extras, before="2012-01-01") == []
+    assert duplicates.originals({"duplicate_of": "7 8"}, before="2000") == ["7", "8"]  # undated
+    assert duplicates.first_closed(q21.extras) == "2012-01-01T10:00:00.000"
+    assert duplicates.first_closed({}) is None
+
+
+def closed(qid, *originals, date="2012-01-01"):
+    extras = {
+        "duplicate_of": " ".join(originals),
+        "duplicate_dates": " ".join([date] * len(originals)),
+    }
+    return Question(qid, f"title {qid}", "body", (), extras if originals else {})
+
+
+def store(*questions):
+    held = {q.id: q for q in questions}
+    return lambda ids: {i: held[i] for i in ids if i in held}
+
+
+def ranked(*ids):
+    return [Result(i, 10.0 - n, 10.0 - n, None) for n, i in enumerate(ids)]
+
+
+def test_a_closed_duplicate_gives_way_to_its_original_at_its_rank_and_score():
+    fetch = store(closed("D", "O"), closed("O"), closed("X"))
+    shown, _ = duplicates.follow(ranked("D", "X", "O"), fetch, 10)
+    assert [(r.id, r.score, r.via) for r in shown] == [("O", 10.0, "D"), ("X", 9.0, None)]
+
+
+def test_chains_cycles_missing_originals_and_several_originals():
+    fetch = store(
+        closed("A", "B"),  # A → B → C: C is shown
+        closed("B", "C"),
+        closed("C"),
+        closed("P", "Q"),  # P ↔ Q: the cycle is cut at Q, which is shown
+        closed("Q", "P"),
+        closed("M", "gone"),  # its original is not in the index: M stays
+        closed("S", "T", "U"),  # two originals, in link order
+        closed("T"),
+        closed("U"),
+    )
+    shown, _ = duplicates.follow(ranked("A", "P", "M", "S", "C"), fetch, 10)
+    assert [(r.id, r.via) for r in shown] == [
+        ("C", "A"),
+        ("Q", "P"),
+        ("M", None),
+        ("T", "S"),
+        ("U", "S"),
+    ]  # C's own hit comes after it was shown: not twice
+
+
+def test_links_made_later_are_not_followed_before_then():
+    fetch = store(closed("D", "O", date="2013-05-01"), closed("O"))
+    assert [r.id for r in duplicates.follow(ranked("D"), fetch, 5, before="2013-01-01")[0]] == ["D"]
+    assert [r.id for r in duplicates.follow(ranked("D"), fetch, 5, before="2014-01-01")[0]] == ["O"]
+
+
+def index(tmp_path, questions):
+    backend = EmbeddedBackend(tmp_path / "index", create=True)
+    index_questions(backend, questions, workers=0)
+    return backend
+
+
+FORUM = [
+    Question("1", "schengen visa border", "Do I need a Schengen visa at the border crossing?"),
+    Question("21", "overstay penalty fine", "overstay fine penalty days airport officer"),
+    Question("22", "overstay fine", "penalty fine days overstay passport stamp"),
+    Question("23", "overstay penalty", "overstay penalty fine days banned entry"),
+    Question("24", "overstay fine penalty", "overstay days fine penalty visa stamp"),
+    Question("5", "tipping usa restaurants", "How much to tip in restaurants: overstay"),
+]
+CLOSED_AS_DUPLICATES_OF_1 = {d: [("1", "2012-01-01")] for d in ("21", "22", "23", "24")}
+
+
+def test_search_follows_the_links_and_ranks_deeper_when_duplicates_collapse(tmp_path):
+    backend = index(tmp_path, duplicate_links.attach(FORUM, CLOSED_AS_DUPLICATES_OF_1))
+    assert backend.metadata()[duplicate_links.INDEX_FLAG] is True
+    with backend:
+        pipeline = SearchPipeline.for_index(backend, mode="bm25")
+        assert pipeline.follow_duplicates
+        results = pipeline.search("overstay penalty fine days", k=2)
+        # The four duplicates of 1 collapse into 1; the search ranks deeper to fill k.
+        assert [(r.id, r.via) for r in results] == [("1", results[0].via), ("5", None)]
+        assert results[0].via in {"21", "22", "23", "24"}
+        assert results[0].title == "schengen visa border"  # the original's own text is shown
+        pipeline.follow_duplicates = False
+        assert {r.id for r in pipeline.search("overstay penalty fine days", k=4)} == {
+            "21",
+            "22",
+            "23",
+            "24",
+        }
+
+
+def test_an_index_without_links_searches_as_before(tmp_path):
+    with index(tmp_path, FORUM) as backend:
+        pipeline = SearchPipeline.for_index(backend, mode="bm25")
+        assert not pipeline.follow_duplicates  # nothing to follow: no stored question read
+        found = pipeline.search("overstay penalty fine days", k=10)
+        assert {"21", "22", "24"} <= {r.id for r in found} and "1" not in {r.id for r in found}
+        assert all(r.via is None for r in found)
+
+
+def test_qres_index_reads_the_links_beside_a_dump_and_search_shows_originals(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", [("11", "1", "2012-01-01", 3)])
+    run = CliRunner().invoke
+    indexed = run(cli, ["--json", "index", str(folder / "Posts.xml")])
+    assert indexed.exit_code == 0, indexed.output
+    summary = json.loads(indexed.stdout)
+    assert summary["closed_duplicates_known"] == 1
+    assert summary["duplicate_links"] == str(folder / "PostLinks.xml")
+    found = json.loads(run(cli, ["--json", "search", "Schengen visa border?", "-k", "3"]).stdout)
+    assert [(r["id"], r["via"]) for r in found["results"]][:1] == [("1", None)]
+    assert "11" not in [r["id"] for r in found["results"]]  # shown as 1, its original
+    kept = run(cli, ["--json", "search", "Schengen visa border?", "-k", "3", "--keep-duplicates"])
+    assert {"1", "11"} <= {r["id"] for r in json.loads(kept.stdout)["results"]}
+    table = run(cli, ["search", "border crossing thanks visa", "-k", "1"])
+    assert table.exit_code == 0 and "Traceback" not in table.output
+
+
+def test_qres_index_no_links_and_links_file_for_any_format(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", [("11", "1", "2012-01-01", 3)])
+    run = CliRunner().invoke
+    plain = run(cli, ["--json", "index", str(folder / "Posts.xml"), "--no-links"])
+    assert json.loads(plain.stdout)["closed_duplicates_known"] == 0
+    tsv = tmp_path / "q.tsv"
+    tsv.write_text("id\ttitle\tbody\n1\tvisa border\tschengen\n11\tvisa border?\tschengen!\n")
+    links = postlinks(tmp_path / "links.xml", [("11", "1", "2012-01-01", 3)])
+    other = ["--index-dir", str(tmp_path / "tsv-index")]
+    done = run(cli, [*other, "--json", "index", str(tsv), "--links", str(links)])
+    assert json.loads(done.stdout)["closed_duplicates_known"] == 1
+    found = json.loads(run(cli, [*other, "--json", "search", "visa border"]).stdout)["results"]
+    assert [r["id"] for r in found] == ["1"]
+    missing = run(cli, [*other, "index", str(tsv), "--links", str(tmp_path / "none.xml")])
+    assert missing.exit_code != 0 and "none.xml" in missing.output
+    assert "Traceback" not in missing.output
+
+
+# An original (1) that shares no word with the query (31); an older duplicate of it (21)
+# worded like the query. The query finds the original only through that duplicate's link.
+REPLAY_POSTS = [
+    ("1", "schengen visa border", "Do I need a Schengen visa at the border?"),
+    ("21", "overstay penalty fine", "airport officer overstay penalty fine days"),
+    ("31", "overstay penalty fine days", "airport officer overstay penalty fine days stamp"),
+    ("5", "tipping usa restaurants", "How much tipping in USA restaurants?"),
+]
+
+
+def write_replay(folder, duplicate_closed):
+    folder.mkdir(parents=True)
+    rows = [f'<row Id="{i}" PostTypeId="1" Title="{t}" Body="{b}" />' for i, t, b in REPLAY_POSTS]
+    (folder / "Posts.xml").write_text("<posts>\n" + "\n".join(rows) + "\n</posts>\n")
+    postlinks(
+        folder / "PostLinks.xml",
+        [("21", "1", duplicate_closed, 3), ("31", "1", "2012-06-01T00:00:00.000", 3)],
+    )
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("duplicate_closed", "links", "r_at_1"),
+    [
+        ("2012-01-01T00:00:00.000", True, 100.0),  # closed before the query: followed
+        ("2012-01-01T00:00:00.000", False, 0.0),  # --no-links: the text alone
+        ("2013-01-01T00:00:00.000", True, 0.0),  # closed after the query was: not known then
+    ],
+)
+def test_evaluation_replays_each_query_with_the_links_known_then(
+    tmp_path, monkeypatch, duplicate_closed, links, r_at_1
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_replay(tmp_path / "forum", duplicate_closed)
+    args = ["--json", "evaluate", "--dataset", "stackexchange", "--data-dir", str(folder)]
+    args += ["--ranker", "bm25", "--per-query"] + ([] if links else ["--no-links"])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    rows = {r["query"]: r for r in json.loads(result.stdout)[0]["per_query"]}
+    assert rows["31"]["R@1"] == r_at_1
+
+
+def test_the_service_writer_marks_the_index_once_a_duplicate_is_written(tmp_path):
+    from qres.indexing.group_commit import GroupCommitWriter, Upsert
+
+    with EmbeddedBackend(tmp_path / "index", create=True) as backend:
+        writer = GroupCommitWriter(backend)
+        writer.submit(Upsert([Question("1", "visa", "schengen")], None)).result(10)
+        assert duplicate_links.INDEX_FLAG not in backend.metadata()
+        closed = Question("2", "visa?", "schengen!", (), {"duplicate_of": "1"})
+        writer.submit(Upsert([closed], None)).result(10)
+        writer.close()
+        assert backend.metadata()[duplicate_links.INDEX_FLAG] is True
+        assert SearchPipeline.for_index(backend, mode="bm25").follow_duplicates
