@@ -163,3 +163,28 @@ def test_title_weight_ranks_the_forum_at_each_weight_per_split(shared_data, tmp_
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 2 and "not a transformer model directory" in done.stderr
+
+
+def test_gpu_check_records_each_step_and_says_why_cuda_is_not_usable(shared_data, tmp_path):
+    """Without a GPU (as here) the script still runs a step and records what qres says;
+    on a lent GPU machine it ran every step (benchmarks/gpu_check*.json)."""
+    out = tmp_path / "gpu.json"
+    forum = shared_data / "stackexchange-travel"
+    args = ["--forum", forum, "--minilm", tmp_path / "none", "--steps", "info", "--out", out]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    info = json.loads(out.read_text())["steps"]["info"]
+    assert info["rc"] == 0 and "CUDAExecutionProvider" in info["tail"]
+    wrong = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), *map(str, args[:4])]
+        + ["--steps", "nope", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert wrong.returncode != 0 and "unknown step 'nope'" in wrong.stderr
