@@ -267,3 +267,17 @@ def test_the_service_writer_marks_the_index_once_a_duplicate_is_written(tmp_path
         writer.close()
         assert backend.metadata()[duplicate_links.INDEX_FLAG] is True
         assert SearchPipeline.for_index(backend, mode="bm25").follow_duplicates
+
+
+def test_a_malformed_postlinks_stops_indexing_in_one_line_before_anything_is_written(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(tmp_path / "forum", [("11", "1", "2012-01-01", 3)])
+    (folder / "PostLinks.xml").write_text('<postlinks>\n<row PostId="11"\n')
+    result = CliRunner().invoke(cli, ["index", str(folder / "Posts.xml")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"{folder / 'PostLinks.xml'}:" in result.output and "--no-links" in result.output
+    assert json.loads(CliRunner().invoke(cli, ["--json", "info"]).stdout)["questions"] == 0
+    done = CliRunner().invoke(cli, ["index", str(folder / "Posts.xml"), "--no-links"])
+    assert done.exit_code == 0, done.output

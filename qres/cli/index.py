@@ -18,7 +18,15 @@ from qres.cli.group import (
     model_set_option,
 )
 from qres.corpus import duplicate_links
-from qres.corpus.readers import FORMATS, ReadStats, detect_format, read_corpus
+from qres.corpus.readers import FORMATS, CorpusError, ReadStats, detect_format, read_corpus
+
+
+def _read_links(path: Path) -> dict:
+    """The duplicate links of ``path``; an unreadable file's error says how to go without."""
+    try:
+        return duplicate_links.read(path)
+    except CorpusError as err:
+        raise CorpusError(err.path, err.line, f"{err.problem} (--no-links: without them)") from None
 
 
 def _links_beside(corpus: Path, fmt: str | None) -> Path | None:
@@ -139,7 +147,11 @@ def index(
         stats = ReadStats()
         questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
         links_file = None if no_links else links_file or _links_beside(corpus, fmt)
-        closed = duplicate_links.read(links_file) if links_file else {}
+        closed = {}
+        if links_file:  # read whole before the posts: a spinner while a big dump's are read
+            reading = progress.add_task(f"reading {links_file.name}", total=None, rate="")
+            closed = _read_links(links_file)
+            progress.update(reading, total=1, completed=1)
         questions = duplicate_links.attach(questions, closed) if closed else questions
         task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
         started = time.perf_counter()
