@@ -172,6 +172,12 @@ def evaluate(
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
+    if benchmark.with_links:
+        console.print(
+            "duplicate links followed: a question closed as a duplicate before the query was "
+            "gives way to its original (--no-links: the text alone)",
+            highlight=False,
+        )
     if compare and len(rankers) != 2:
         raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
     evaluations = ev.evaluate_rankers(
