@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qres.corpus import duplicate_links
-from qres.corpus.duplicate_links import read_links
 from qres.corpus.readers import CorpusError, Question, read_corpus
 from qres.datasets.benchmarks import RankingQuery, default_data_dir
 
@@ -73,13 +72,9 @@ def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDup
         raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
     folder = forum_dir(data_dir)
     posts, links = _find(folder, "Posts.xml"), _find(folder, "PostLinks.xml")
-    closed: dict[str, tuple[str, set[str]]] = {}  # query → (first link date, originals)
-    for post, related, date in read_links(links):
-        first, originals = closed.get(post, (date, set()))
-        originals.add(related)
-        closed[post] = (min(first, date), originals)
+    known = duplicate_links.read(links)  # query → its originals with the links' dates
+    closed = {post: (mine[0][1], {o for o, _ in mine}) for post, mine in known.items()}
     wanted = set(closed) | {o for _, originals in closed.values() for o in originals}
-    known = duplicate_links.read(links)
     questions = {q.id: q for q in forum_corpus(posts, known) if q.id in wanted}
     present = {
         post: (date, frozenset(o for o in originals if o in questions))
