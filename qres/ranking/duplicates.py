@@ -58,6 +58,9 @@ def follow(
     for start in range(0, len(ranked), k):
         chunk = ranked[start : start + k]
         stored.update(fetch([r.id for r in chunk if r.id not in stored]))
+        # the originals the chunk's duplicates name, read together (not one read per hit)
+        named = {o for r in chunk if r.id in stored for o in originals(stored[r.id].extras, before)}
+        stored.update(fetch(sorted(named - stored.keys())) if named - stored.keys() else {})
         for r in chunk:
             for qid in _landing(r.id, stored, fetch, before, seen):
                 shown.append(r if qid == r.id else replace(r, id=qid, via=r.id))

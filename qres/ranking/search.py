@@ -178,13 +178,14 @@ class SearchPipeline:
         )
         self.mode = mode or ("hybrid" if encoder is not None else "bm25")
         self._owns_backend = False
+        meta = backend.metadata()  # one read (a request on Elasticsearch)
         # A closed duplicate found gives way to its original (False: shown as itself), in an
         # index holding any duplicate links (qres.corpus.duplicate_links).
-        self.follow_duplicates = bool(backend.metadata().get(duplicate_links.INDEX_FLAG))
+        self.follow_duplicates = bool(meta.get(duplicate_links.INDEX_FLAG))
         for e in self.encoders:
             check_model_matches(backend, e)
         # In an index of several models, query vectors are handed over by fingerprint.
-        self._keyed = bool(self.encoders) and len(index_models(backend.metadata())) > 1
+        self._keyed = bool(self.encoders) and len(index_models(meta)) > 1
         # The models whose nearest questions join the candidates (None: every model's).
         self.first_stage: set[str] | None = None
         if len(self.encoders) > 1:
