@@ -6,7 +6,11 @@ import csv
 import gzip
 import inspect
 import json
+import os
 import re
+import subprocess
+import sys
+import tracemalloc
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -468,3 +472,71 @@ def test_jsonl_ids_are_strings_or_integers(tmp_path):
         '{"id": 7, "title": "t"}\n{"id": "x7", "title": "t"}\n{"id": -3, "title": "t"}\n',
     )
     assert [q.id for q in read_corpus(path)] == ["7", "x7", "-3"]
+
+
+# -- issue 34: one endless line, a pipe ---------------------------------------------------------
+
+ENDLESS = {
+    "c.txt.gz": lambda huge: f"a\tt\tb\nx\t{huge}\tb\nb\tt\tb\n",
+    "c.tsv.gz": lambda huge: f"id\ttitle\tbody\na\tt\tb\nx\t{huge}\tb\nb\tt\tb\n",
+    "c.jsonl.gz": lambda huge: "".join(
+        json.dumps({"id": i, "title": t}) + "\n" for i, t in (("a", "t"), ("x", huge), ("b", "t"))
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(ENDLESS))
+def test_a_line_far_too_long_is_skipped_without_ever_being_held(tmp_path, name):
+    """A 30 MB line in a small .gz (a 4 GB one took 3 GB before issue 34): read a piece at a
+    time, it is one bad record, and reading never holds more than a few MB."""
+    path = write_gz(tmp_path / name, ENDLESS[name]("x" * 30_000_000))
+    stats = ReadStats()
+    tracemalloc.start()
+    try:
+        ids = [q.id for q in read_corpus(path, skip_bad=True, stats=stats)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ids == ["a", "b"] and stats.skipped == 1
+    assert "longer than 1,000,000 characters" in stats.problems[0]
+    assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MB held"
+    with pytest.raises(CorpusError, match=r":\d: the line is longer than 1,000,000 characters"):
+        list(read_corpus(path))
+
+
+def test_qres_index_of_dev_zero_is_refused_in_one_line(tmp_path):
+    """`qres index /dev/zero` grew to 21 GB; now its first line is refused (the run is
+    held to 2 GB of address space, so that the old behaviour fails the test, not the machine)."""
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--index-dir", str(tmp_path / "ix"), "index", "/dev/zero"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "QRES_HOME": str(tmp_path / "home")},
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: /dev/zero:1: the line is longer than 1,000,000")
+    assert done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("header", ["", "id\ttitle\tbody\n"])
+def test_a_pipe_is_read_once_its_format_detected_on_what_was_read(tmp_path, header):
+    """`cat corpus | qres index /dev/stdin`: detection read the pipe's first buffer and
+    the reader its next one (46 of 20,000 questions lost); now the reader gets it again."""
+    lines = [f"q{i}\ttitle number {i} about booting\tbody {i} " + "word " * 12 for i in range(6000)]
+    done = subprocess.run(
+        [sys.executable, "-c", "from qres.cli import main; main()", "--json", "--index-dir",
+         str(tmp_path / "ix"), "index", "/dev/stdin", "--skip-bad"],
+        input=header + "\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "QRES_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["indexed"], summary["skipped"], summary["index_size"]) == (6000, 0, 6000)

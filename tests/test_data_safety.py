@@ -68,7 +68,8 @@ def test_a_full_disk_ends_in_one_line_and_a_rerun_completes(tmp_path, model_dir,
     write_tsv(corpus, questions)
     index_dir = tmp_path / "ix"
     cli = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
-    args = ("--index-dir", index_dir, "index", "--model", model_dir)
+    # all.tsv holds a.tsv's questions and more: added to the index a.tsv was indexed into
+    args = ("--index-dir", index_dir, "index", "--model", model_dir, "--add-to-existing")
     assert python(cli, *args, first).returncode == 0
     limited = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (80_003, 80_003))\n"
     proc = python(limited + cli, *args, corpus)
@@ -83,6 +84,26 @@ def test_a_full_disk_ends_in_one_line_and_a_rerun_completes(tmp_path, model_dir,
     with EmbeddedBackend(index_dir) as b:
         assert assert_committed_prefix(b, questions) == 3000
         assert vector_mismatches(b, encoder, questions) == 0
+
+
+def test_a_file_size_limit_on_the_engine_files_names_the_index_the_cause_and_what_is_kept(
+    tmp_path,
+):
+    """Issue 34: tantivy's own files hitting RLIMIT_FSIZE (an index without vectors) said only
+    "An error occurred in a thread: 'An index writer was killed..'"."""
+    corpus, index_dir = tmp_path / "c.tsv", tmp_path / "ix"
+    write_tsv(corpus, make_corpus(200))
+    cli = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    assert python(cli, "--index-dir", index_dir, "index", corpus).returncode == 0
+    write_tsv(corpus, make_corpus(5_000, seed=2, prefix="more"))  # the same file, grown
+    limited = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))\n"
+    proc = python(limited + cli, "--index-dir", index_dir, "index", corpus)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: {index_dir}: "), proc.stderr
+    assert "file-size limit (ulimit -f) of 200,000 bytes" in proc.stderr
+    assert "everything committed before this point is kept" in proc.stderr
+    with EmbeddedBackend(index_dir) as b:
+        assert b.count() == 200
 
 
 # -- 2: --rebuild never deletes a directory that is not a qres index --------------------------
@@ -142,6 +163,91 @@ def test_an_interrupted_rebuild_leaves_the_live_index_as_it_was(tmp_path, encode
         assert assert_committed_prefix(b, questions) == 10
 
 
+# -- issue 34: once NAME is gone the swap is finished, never undone ---------------------------
+
+
+def test_an_error_between_the_renames_finishes_the_swap(tmp_path, encoder, monkeypatch):
+    """The second rename fails once (as EIO would): the cleanup finishes the swap instead of
+    deleting the complete new index while NAME is missing."""
+    questions = make_corpus(60)
+    build(tmp_path / "ix", questions, encoder)
+    build(tmp_path / "ix", questions, encoder)  # 60 dead rows for compaction to drop
+    real, failed = os.replace, []
+
+    def replace(src, dst):
+        if str(src).endswith(".rebuild") and not failed:
+            failed.append(src)
+            raise OSError(5, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with EmbeddedBackend(tmp_path / "ix") as b, pytest.raises(OSError):
+        b.compact()
+    assert failed and sorted(os.listdir(tmp_path)) == ["ix"]
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert b.storage() == {"vector_rows": 60, "dead_vector_rows": 0}  # the new index
+        assert assert_committed_prefix(b, questions) == 60
+        assert vector_mismatches(b, encoder, questions) == 0
+
+
+def test_an_open_between_the_renames_finishes_the_swap_and_no_writer_slips_in(
+    tmp_path, encoder, monkeypatch
+):
+    """A reader opening while NAME is missing finishes the swap; the writer's own second
+    rename then finds it done, which is no failure; another writer is still turned away."""
+    questions = make_corpus(60)
+    build(tmp_path / "ix", questions, encoder)
+    build(tmp_path / "ix", questions, encoder)
+    real, during = os.replace, {}
+
+    def replace(src, dst):
+        real(src, dst)
+        if str(dst).endswith(".old") and not during:
+            during["reader"] = EmbeddedBackend(tmp_path / "ix")
+            during["count"] = during["reader"].count()
+            second = EmbeddedBackend(tmp_path / "ix")
+            try:
+                with pytest.raises(BackendError, match="another qres process"):
+                    second.acquire_write_lock()
+            finally:
+                second.close()
+
+    monkeypatch.setattr(os, "replace", replace)
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        b.compact()  # no "ix.rebuild: No such file or directory"
+        b.upsert(make_corpus(1, prefix="more"))  # still the index's writer after the swap
+        b.commit()
+    assert during["count"] == 60
+    during["reader"].close()
+    assert sorted(os.listdir(tmp_path)) == ["ix"]
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert b.count() == 61 and b.storage()["dead_vector_rows"] == 0
+        assert vector_mismatches(b, encoder, questions) == 0
+
+
+def test_an_old_copy_left_alone_is_put_back_not_deleted(tmp_path, encoder):
+    """Only NAME.old is left (what an older qres's cleanup made of a signal in the swap):
+    the next writer puts it back and keeps every question, rather than creating an empty
+    NAME and deleting NAME.old as a leftover."""
+    questions = make_corpus(40)
+    build(tmp_path / "ix", questions, encoder)
+    os.replace(tmp_path / "ix", tmp_path / "ix.old")
+    with EmbeddedBackend(tmp_path / "ix", create=True) as b:
+        b.upsert(make_corpus(1, prefix="more"))
+        b.commit()
+        assert b.count() == 41
+    assert sorted(os.listdir(tmp_path)) == ["ix"]
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert vector_mismatches(b, encoder, questions) == 0
+    # NAME there but holding no index (an older qres made it empty): NAME.old is left alone
+    os.replace(tmp_path / "ix", tmp_path / "ix.old")
+    (tmp_path / "ix").mkdir()
+    with EmbeddedBackend(tmp_path / "ix", create=True) as b:
+        b.acquire_write_lock()
+    with EmbeddedBackend(tmp_path / "ix.old") as b:
+        assert b.count() == 41
+
+
 # -- 3: a long-lived reader sees the rebuilt index's vectors, not the old file's --------------
 
 
@@ -177,6 +283,64 @@ def test_a_long_lived_reader_follows_a_rebuild(run, tmp_path, model_dir, encoder
     assert reader.count() == 301
     assert wrong_cosines() == 0
     assert vector_mismatches(reader, encoder, questions) == 0
+    reader.close()
+
+
+def test_a_nearest_search_overlapping_a_swap_reads_the_new_index(tmp_path, encoder, monkeypatch):
+    """The swap lands between the listing of the live rows and the lookup of their ids (as
+    another thread of a server reopening the index would make it): the search finishes on
+    the rows it listed, is read again on the new index, and never looks an old row's id up
+    in the new index's map (a KeyError, a 500 in `qres serve`, issue 34)."""
+    questions = make_corpus(100)
+    build(tmp_path / "ix", questions, encoder)
+    build(tmp_path / "ix", questions[:60], encoder)  # live rows 60-159, renumbered 0-99 next
+    reader = EmbeddedBackend(tmp_path / "ix")
+    query = encoder.encode_questions(questions[3:4])[0]
+    before = [h.id for h in reader.nearest(query, 5)]
+    assert before[0] == "q3"
+    real, swapped = EmbeddedBackend._live_rows, []
+
+    def live_rows_then_swap(self, *args):
+        slots = real(self, *args)
+        if self is reader and not swapped:
+            swapped.append(1)
+            with EmbeddedBackend(tmp_path / "ix") as writer:
+                writer.compact()
+            reader._follow_swaps()  # what a search in another thread does meanwhile
+        return slots
+
+    monkeypatch.setattr(EmbeddedBackend, "_live_rows", live_rows_then_swap)
+    assert [h.id for h in reader.nearest(query, 5)] == before
+    assert swapped and reader.storage()["dead_vector_rows"] == 0  # it follows the new index
+    reader.close()
+
+
+def test_a_read_that_fails_in_a_swap_is_read_again_and_other_failures_are_raised(
+    tmp_path, encoder, monkeypatch
+):
+    questions = make_corpus(50)
+    build(tmp_path / "ix", questions, encoder)
+    reader = EmbeddedBackend(tmp_path / "ix")
+    real, calls = EmbeddedBackend._vectors_at, []
+
+    def fails_once_in_a_swap(self, *args):
+        calls.append(1)
+        if len(calls) == 1:
+            with EmbeddedBackend(tmp_path / "ix") as writer:
+                writer.compact()
+            raise KeyError("a row of the index swapped out")
+        return real(self, *args)
+
+    monkeypatch.setattr(EmbeddedBackend, "_vectors_at", fails_once_in_a_swap)
+    assert reader.vectors(["q1", "q2"])[1].tolist() == [True, True]
+    assert len(calls) == 2
+
+    def always_fails(self, *args):
+        raise KeyError("a real bug")
+
+    monkeypatch.setattr(EmbeddedBackend, "_vectors_at", always_fails)
+    with pytest.raises(KeyError, match="a real bug"):
+        reader.vectors(["q1"])  # no swap: raised at once, not hidden by retries
     reader.close()
 
 
@@ -425,6 +589,25 @@ def test_indexing_compacts_by_itself_once_dead_rows_outnumber_live_ones(
         assert b.storage() == {"vector_rows": 1200, "dead_vector_rows": 600}
         assert assert_committed_prefix(b, questions) == 600
         assert vector_mismatches(b, encoder, questions) == 0
+
+
+def test_a_rebuild_with_many_repeated_ids_is_not_compacted_in_its_own_middle(
+    run, tmp_path, model_dir, monkeypatch
+):
+    """Each id three times over: more dead rows than live ones at the end of a --rebuild,
+    whose automatic compaction then failed ("a rebuild ... is already under way") and threw
+    the rebuild away."""
+    questions = make_corpus(400)
+    corpus = write_tsv(tmp_path / "c.tsv", questions * 3)
+    args = ("--index-dir", tmp_path / "ix", "--json", "index", corpus, "--model", model_dir)
+    monkeypatch.setattr("qres.indexing.compaction.AUTO_COMPACT_MIN_DEAD_ROWS", 100)
+    result = run(*args, "--rebuild")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["compacted_dead_vector_rows"] == 0
+    again = run(*args)  # the next run compacts it
+    assert json.loads(again.output)["compacted_dead_vector_rows"] == 800
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert b.count() == 400
 
 
 def test_files_left_by_a_writer_killed_in_mid_commit_do_not_block_the_next(tmp_path):

@@ -189,6 +189,23 @@ def test_missing_or_corrupt_model_directories_raise_one_line_errors(tmp_path):
         Encoder.load(tmp_path / "nocard")
 
 
+@pytest.mark.parametrize("name", ["../outside/model.onnx", "/tmp/model.onnx", "a/../../m.onnx"])
+def test_a_card_naming_a_file_outside_its_directory_is_refused(tmp_path, name):
+    """Issue 34: `"graphs": {"title": "../outside/model.onnx"}` loaded a graph from another
+    folder (the fingerprint, computed over the same paths, matched)."""
+    write_model_dir(tmp_path / "m")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "m" / "model.onnx").rename(tmp_path / "outside" / "model.onnx")
+    card = json.loads((tmp_path / "m" / "model.json").read_text())
+    card["graphs"] = {"title": name, "body": name}
+    if name.startswith("../"):
+        card["fingerprint"] = fingerprint(tmp_path / "m", [name])
+    (tmp_path / "m" / "model.json").write_text(json.dumps(card))
+    with pytest.raises(EncoderError, match="is not a file of the model directory") as err:
+        Encoder.load(tmp_path / "m")
+    one_line(err)
+
+
 def test_a_graph_that_onnxruntime_cannot_read_is_reported(tmp_path):
     write_model_dir(tmp_path / "m")
     (tmp_path / "m" / "model.onnx").write_bytes(b"this is not an onnx file")

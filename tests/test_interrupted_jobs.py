@@ -4,18 +4,28 @@ is named by `qres info`, removed by the next write with one line saying so, and 
 and its vectors stay exact throughout.
 
 Each job runs the real command in a subprocess and SIGKILLs itself at a seeded point inside
-the copy into the work directory (the tiny ONNX model of tests/safety_helpers.py).
+the copy into the work directory (the tiny ONNX model of tests/safety_helpers.py). A Ctrl-C or
+SIGTERM landing between the two renames of the swap (issue 34) finishes the swap: the index
+holds every question, the compacted or rebuilt copy is in place, and the next writer keeps it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
+from qres.corpus.readers import Question
 from tests.safety_helpers import (
+    CHILD_ENV,
     assert_committed_prefix,
     make_corpus,
     python,
@@ -134,3 +144,148 @@ def test_kill_9_during_automatic_compaction(world, tmp_path):
     proc = qres(index_dir, "index", *again, kill_at=2)
     assert proc.returncode == -9, proc.stderr  # the third run crossed it and compacted
     assert_named_then_removed(index_dir, world)
+
+
+# Runs `qres ARGS...` and sends itself SIGNAL right after rename WHICH of the swap (1: NAME →
+# NAME.old, 2: NAME.rebuild → NAME), as a Ctrl-C or a `kill` could land there.
+SIGNAL_AT_RENAME = """
+import os, signal, sys
+from qres.cli import main
+
+signum, which = getattr(signal, sys.argv[1]), int(sys.argv[2])
+real = os.replace
+
+def replace(src, dst):
+    real(src, dst)
+    if (which == 1 and str(dst).endswith(".old")) or (which == 2 and str(src).endswith(".rebuild")):
+        os.kill(os.getpid(), signum)
+
+os.replace = replace
+sys.argv = ["qres", *sys.argv[3:]]
+main()
+"""
+EXIT_STATUS = {"SIGTERM": 143, "SIGINT": 130}
+
+
+@pytest.fixture(scope="module")
+def indexed(world, tmp_path_factory):
+    """An index of the corpus, indexed twice (N dead vector rows), copied by each test."""
+    index_dir = tmp_path_factory.mktemp("indexed") / "ix"
+    for _ in range(2):
+        assert qres(index_dir, "index", world["corpus"], "--model", world["model"]).returncode == 0
+    return index_dir
+
+
+def signalled(signame, which, index_dir, *args):
+    proc = python(SIGNAL_AT_RENAME, signame, which, "--index-dir", index_dir, *args, timeout=180)
+    assert proc.returncode == EXIT_STATUS[signame], proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("interrupted: "), proc.stderr
+    return proc
+
+
+def assert_swapped_and_kept(index_dir, world):
+    """Nothing left beside the index, which holds every question with its vector, has no
+    dead rows (the new copy is the one in place), and takes the next write."""
+    assert sorted(p.name for p in index_dir.parent.iterdir()) == [index_dir.name]
+    assert_exact(index_dir, world)
+    with EmbeddedBackend(index_dir) as b:
+        assert b.storage()["dead_vector_rows"] == 0
+        b.upsert([Question("next", "the next writer", "keeps every question")])
+        b.commit()
+        assert b.count() == N + 1
+
+
+@pytest.mark.parametrize("which", [1, 2])
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_at_either_rename_of_compact_finishes_the_swap(
+    world, indexed, tmp_path, signame, which
+):
+    index_dir = tmp_path / "ix"
+    shutil.copytree(indexed, index_dir)
+    signalled(signame, which, index_dir, "compact")
+    assert_swapped_and_kept(index_dir, world)
+
+
+def test_sigterm_in_the_swap_of_a_rebuild_keeps_the_rebuilt_index_and_says_so(
+    world, indexed, tmp_path
+):
+    index_dir = tmp_path / "ix"
+    shutil.copytree(indexed, index_dir)
+    args = ("index", world["corpus"], "--model", world["model"], "--rebuild")
+    proc = signalled("SIGTERM", 1, index_dir, *args)
+    assert "the index is the rebuilt one" in proc.stderr, proc.stderr
+    assert_swapped_and_kept(index_dir, world)
+
+
+def test_ctrl_c_in_the_swap_of_automatic_compaction_finishes_it(world, indexed, tmp_path):
+    index_dir = tmp_path / "ix"
+    shutil.copytree(indexed, index_dir)
+    again = (world["corpus"], "--model", world["model"], "--rewrite")
+    assert qres(index_dir, "index", *again).returncode == 0  # N live, 2N dead: compacts next
+    signalled("SIGINT", 1, index_dir, "index", *again)
+    assert_swapped_and_kept(index_dir, world)
+
+
+# `qres index --workers 2` that SIGKILLs itself once its two worker processes are up (each
+# batch's write slowed so the run is still going), after writing their pids and the
+# multiprocessing resource tracker's to PIDS_FILE.
+KILLED_WITH_WORKERS = """
+import json, multiprocessing, os, signal, sys, threading, time
+from multiprocessing import resource_tracker
+import qres.backends.embedded as embedded
+from qres.cli import main
+
+pids_file, args = sys.argv[1], sys.argv[2:]
+real_upsert = embedded.EmbeddedBackend.upsert
+
+def slow_upsert(*a, **kw):
+    time.sleep(0.1)
+    return real_upsert(*a, **kw)
+
+def kill_once_workers_run():
+    while len(multiprocessing.active_children()) < 2:
+        time.sleep(0.05)
+    pids = [p.pid for p in multiprocessing.active_children()]
+    pids.append(resource_tracker._resource_tracker._pid)
+    with open(pids_file, "w") as f:
+        json.dump([p for p in pids if p], f)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+embedded.EmbeddedBackend.upsert = slow_upsert
+threading.Thread(target=kill_once_workers_run, daemon=True).start()
+sys.argv = ["qres", *args]
+main()
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return True
+
+
+def test_kill_9_of_index_with_workers_leaves_no_process_behind(world, tmp_path):
+    pids_file, log = tmp_path / "pids.json", tmp_path / "stderr.txt"
+    args = (
+        "--index-dir", tmp_path / "ix", "index", world["corpus"], "--model", world["model"],
+        "--workers", "2", "--batch-size", "20",
+    )  # fmt: skip
+    with open(log, "w") as stderr:  # a file, not a pipe: the leftovers would hold a pipe open
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_WITH_WORKERS, pids_file, *map(str, args)],
+            env=CHILD_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        assert proc.wait(timeout=180) == -9, log.read_text()
+    pids = json.loads(pids_file.read_text())
+    assert len(pids) == 3  # two workers and the resource tracker
+    deadline = time.monotonic() + 20
+    while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in pids if not gone(pid)]
+    for pid in left:  # leave nothing running after the test, whatever it found
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"{len(left)} processes outlived the killed qres index"

@@ -119,6 +119,8 @@ def first_field(line: str, sep: str = "\t") -> str:
 
 
 LONG_NUMBER = "9" * 5_000
+LONG_TEXT = "x" * 1_000_001  # a line holding it is over MAX_LINE_CHARS
+TOO_LONG = "the line is longer than 1,000,000 characters"
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
@@ -256,6 +258,31 @@ CASES = [
     truncated_gzip("c.csv.gz", [CSV_HEADER, *csv_rows(many("c")).splitlines(keepends=True)],
                    lambda line: line.split(",")[2], header_lines=1),
     bad_deflate("c.csv.gz", CSV_HEADER + csv_rows(many("c"))),
+    # issue 34: a line over 1,000,000 characters is a bad record, never read whole
+    Case("au-long-line", "c.txt", askubuntu(["a1"]) + f"a9\t{LONG_TEXT}\tb\n" + askubuntu(["a2"]),
+         2, TOO_LONG, ["a1"], ["a2"]),
+    Case("au-gz-long-line", "c.txt.gz",
+         gz(askubuntu(["a1"]) + f"a9\t{LONG_TEXT}\tb\n" + askubuntu(["a2"])),
+         2, TOO_LONG, ["a1"], ["a2"]),
+    Case("tsv-long-line", "c.tsv", TSV_HEADER + tsv(["t1"]) + f"t9\t{LONG_TEXT}\tb\tx\n"
+         + tsv(["t2"]), 3, TOO_LONG, ["t1"], ["t2"]),
+    Case("jsonl-long-line", "c.jsonl", jsonl(["j1"]) + json.dumps({"id": "j9", "title": LONG_TEXT})
+         + "\n" + jsonl(["j2"]), 2, TOO_LONG, ["j1"], ["j2"]),
+    Case("jsonl-gz-long-line", "c.jsonl.gz", gz(jsonl(["j1"]) + json.dumps({"id": "j9", "body": "b"
+         + LONG_TEXT}) + "\n" + jsonl(["j2"])), 2, TOO_LONG, ["j1"], ["j2"]),
+    Case("csv-long-line", "c.csv", CSV_HEADER + csv_rows(["c1"])
+         + f'0,Q1,c9,q,"{LONG_TEXT}. b",1\r\n' + csv_rows(["c2"]), 3, TOO_LONG, ["c1"], ["c2"]),
+    # UTF-16 text is named as such (it used to be read as ids full of NULs)
+    Case("au-utf16", "c.txt", askubuntu(["a1", "a2"]).encode("utf-16"), 1, "UTF-16", []),
+    Case("tsv-gz-utf16", "c.tsv.gz", gz((TSV_HEADER + tsv(["t1"])).encode("utf-16-le")),
+         1, "convert it to UTF-8", []),
+    # ids no backend can address (over 512 bytes) are refused like any bad id
+    Case("au-long-id", "c.txt", askubuntu(["a1"]) + "x" * 513 + "\tt\tb\n" + askubuntu(["a2"]),
+         2, "is longer than 512 bytes", ["a1"], ["a2"]),
+    Case("jsonl-long-id", "c.jsonl", jsonl(["j1"]) + json.dumps({"id": "é" * 257, "title": "t"})
+         + "\n" + jsonl(["j2"]), 2, "is longer than 512 bytes", ["j1"], ["j2"]),
+    Case("jsonl-string-left-open", "c.jsonl", jsonl(["j1"]) + '{"id": "j9", "title": "open\n'
+         + jsonl(["j2"]), 2, "(Invalid control character at column 28)", ["j1"], ["j2"]),
 ]  # fmt: skip
 
 
@@ -289,14 +316,14 @@ def test_malformed_input_through_qres_index(run, tmp_path, base_index, case):
     ix = tmp_path / "ix"
     shutil.copytree(base_index, ix)
 
-    result = run("--index-dir", ix, "index", path)
+    result = run("--index-dir", ix, "index", path, "--add-to-existing")  # beside base.tsv
     assert result.exit_code == 1, result.output
     [line] = result.output.strip().splitlines()  # one line, never a traceback
     assert line.startswith(f"error: {path}:{case.line}: "), line
     assert case.problem in line
     assert_holds(ix, BASE + case.before)
 
-    result = run("--index-dir", ix, "--json", "index", path, "--skip-bad")
+    result = run("--index-dir", ix, "--json", "index", path, "--skip-bad", "--add-to-existing")
     if case.after is None:  # no record boundary after the failure: --skip-bad cannot go on
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines() == [line]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 
@@ -132,6 +134,18 @@ def test_a_query_without_searchable_words_has_no_results(client):
         ("POST", "/questions", {"content": b"x" * (4 * 1024 * 1024 + 1)}, 413, "larger than"),
         ("GET", "/nowhere", {}, 404, "no such endpoint"),
         ("PATCH", "/search", {}, 405, "not allowed"),
+        # issue 34: k is a whole number, not true or 3.0; an id is at most 512 bytes (here
+        # 300 characters of 2 bytes each), as in the corpus readers and the backends
+        ("POST", "/search", {"json": {"title": "usb", "k": True}}, 400, "k: input should be"),
+        ("POST", "/search", {"json": {"title": "usb", "k": 3.0}}, 400, "k: input should be"),
+        ("PUT", "/questions/" + "é" * 300, {"json": {"title": "t"}}, 400, "1 to 512 bytes"),
+        (
+            "POST",
+            "/questions",
+            {"content": json.dumps({"id": "é" * 300, "title": "t"}).encode()},
+            400,
+            "line 1: id: value error, a question id is 1 to 512 bytes",
+        ),
     ],
 )
 def test_bad_requests_get_a_one_sentence_json_error(client, method, path, kwargs, status, says):
@@ -292,6 +306,96 @@ def test_eight_searchers_and_a_writer_make_no_errors(server):
             i = qid[1:]
             hits = http.get("/search", params={"q": f"concurrency{i}", "mode": "bm25"}).json()
             assert hits["results"][0]["id"] == qid
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+
+def test_unending_request_headers_are_refused_without_holding_them(server):
+    """Four connections each send 4 MB of one header that never ends (issue 34: each used to
+    be held whole, 100 MB apiece, for ever): each is answered 431 and closed after 64 KB,
+    the server's memory does not grow by what they sent, and it goes on answering."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /search?q=usb HTTP/1.1\r\nHost: qres\r\nX-Big: " + b"a" * 70_000)
+        answer = s.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 ") and b"application/json" in head, answer
+    assert "headers are larger than 65536 bytes" in json.loads(body)["error"]
+
+    before = rss_bytes(server.process.pid)
+    sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(4)]
+    for s in sockets:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: qres\r\nX-Big: ")
+        with contextlib.suppress(OSError):  # refused and closed by the server on the way
+            for _ in range(64):
+                s.sendall(b"a" * 65536)
+    time.sleep(0.5)
+    grown = rss_bytes(server.process.pid) - before
+    for s in sockets:
+        s.close()
+    assert grown < 8 * 2**20, f"the server grew by {grown / 2**20:.1f} MB"  # 16 MB were sent
+    assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+
+
+@pytest.fixture
+def guarded_server(monkeypatch):
+    """uvicorn with qres serve's protocol in this process (header time cut to 0.5 s), over
+    an app that answers "ok"."""
+    import uvicorn
+
+    from qres.service import protocol
+    from tests.serving import free_port
+
+    monkeypatch.setattr(protocol, "HEADER_SECONDS", 0.5)
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = uvicorn.Config(
+        app, port=free_port(), http=protocol.GuardedHttpTools, lifespan="off", log_level="error"
+    )
+    running = uvicorn.Server(config)
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not running.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield config.port
+    running.should_exit = True
+    thread.join(10)
+
+
+def exchange(port: int, data: bytes, pause: float = 0.0) -> tuple[bytes, float]:
+    """Send ``data`` (then wait ``pause`` s), read until the server closes; the answer and
+    the seconds it took."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        time.sleep(pause)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks), time.monotonic() - started
+
+
+def test_headers_that_take_too_long_get_a_json_408_and_silence_is_closed(guarded_server):
+    answer, seconds = exchange(guarded_server, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    assert answer.startswith(b"HTTP/1.1 408 ") and 0.4 < seconds < 5, (answer, seconds)
+    assert "took longer than" in json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    answer, seconds = exchange(guarded_server, b"")  # a connection that says nothing
+    assert answer == b"" and 0.4 < seconds < 5
+    answer, _ = exchange(guarded_server, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 ") and b"\r\nok\r\n" in answer
+
+
+def test_uvicorns_own_errors_are_one_sentence_of_json(guarded_server):
+    answer, _ = exchange(guarded_server, b"\x16\x03\x01 not http at all\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in head
+    assert json.loads(body) == {"error": "the request is not valid HTTP."}
 
 
 # -- durability, auth, CORS, workers: their own servers ----------------------------------------

@@ -15,13 +15,17 @@ Formats, chosen by ``fmt`` or detected from the file name and first line:
   (:mod:`qres.corpus.stackexchange`); an ``.xml`` file whose root is ``<posts>``.
 
 Any of them may be gzipped (``.gz``). Files are read line by line (XML incrementally), never
-whole. A malformed record raises :class:`CorpusError` naming file, line and problem unless
-``skip_bad`` is set, in which case it is counted in :class:`ReadStats` and skipped. A failure
-with no record boundary after it — an unreadable or truncated gzip stream, a bad header,
-malformed XML, a CSV quote left open to the end of the file — always raises, after every
-good record before it has been yielded.
+whole, and no line is ever held whole beyond :data:`MAX_LINE_CHARS` characters: a longer one
+is a malformed record, its rest skipped unread into memory. A file (or pipe) is read once:
+format detection reads its first bytes, which the reader then gets again. UTF-16 text is
+refused at its first line (convert it to UTF-8). A malformed record raises
+:class:`CorpusError` naming file, line and problem unless ``skip_bad`` is set, in which case
+it is counted in :class:`ReadStats` and skipped. A failure with no record boundary after it —
+an unreadable or truncated gzip stream, a bad header, malformed XML, a CSV quote left open to
+the end of the file — always raises, after every good record before it has been yielded.
 
-Ids must be strings (JSONL also takes integers) without control characters; in text fields
+Ids must be strings (JSONL also takes integers) without control characters and at most
+:data:`MAX_ID_BYTES` bytes long (the same limit everywhere: backends and service); in text fields
 (title, body, tags) control characters other than tab and newline — NUL, escape sequences'
 ESC, carriage return — become spaces, so nothing read is later printed raw to a terminal.
 """
@@ -44,7 +48,15 @@ from qres.corpus import stackexchange
 # A forum question is a few KB at most; anything longer is cut so one pathological line
 # cannot blow up memory or the index.
 MAX_FIELD_CHARS = 20_000
-csv.field_size_limit(2**31 - 1)  # long fields are cut by _clean, not refused by the csv module
+# A line longer than this is refused as a bad record without ever being held whole (one
+# 4 GB line of a small .gz must not take 4 GB): far above any question's id, title and body.
+MAX_LINE_CHARS = 1_000_000
+# Long CSV fields are cut by _clean; one longer than a line may be is a bad record.
+csv.field_size_limit(MAX_LINE_CHARS)
+# The longest question id (UTF-8) every backend can address: Elasticsearch's _id limit
+# (tantivy's terms allow 65,530 bytes). Readers, the Python API and the service all check it.
+MAX_ID_BYTES = 512
+_HEAD_BYTES = 1 << 16  # what format detection reads at most
 
 # What a forum shows beside a question, stored but never ranked on (``Question.extras``): the
 # keys a StackExchange dump gives, and their kinds. A TSV column or JSONL key of one of these
@@ -97,34 +109,131 @@ class ReadStats:
     problems: list[str] = field(default_factory=list)  # the first few skipped records
 
 
-def open_text(path: str | Path) -> io.TextIOBase:
-    """Open a plain or gzipped text file; undecodable bytes become U+FFFD, never an error."""
-    path = Path(path)
+# A pipe's first bytes, read by format detection, for the next open of the same path to read
+# again (a pipe cannot be read twice): {path: (bytes read, the stream)}.
+_peeked: dict[str, tuple[bytes, io.BufferedIOBase]] = {}
+
+
+class _Replayed(io.RawIOBase):
+    """The bytes already read from a stream, then the rest of it."""
+
+    def __init__(self, head: bytes, rest: io.BufferedIOBase):
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n], self._head = self._head[:n], self._head[n:]
+            return n
+        data = self._rest.read1(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._rest.close()
+        super().close()
+
+
+def _open_bytes(path: Path) -> io.BufferedIOBase:
+    """The file's bytes (gunzipped for .gz); a pipe that detection read from replays that."""
     if not path.exists():
         raise CorpusError(path, None, "file not found")
+    peeked = _peeked.pop(str(path), None)
+    if peeked is not None:
+        return io.BufferedReader(_Replayed(*peeked))
     try:
-        raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
     except OSError as err:
         raise CorpusError(path, None, f"cannot read the file ({err.strerror or err})") from None
+
+
+def open_text(path: str | Path) -> io.TextIOBase:
+    """Open a plain or gzipped text file; undecodable bytes become U+FFFD, never an error."""
     # utf-8-sig drops the byte-order mark spreadsheet tools write; lines end at \n only, so
     # a stray \r inside a field neither splits a record nor shifts reported line numbers.
-    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="\n")
+    return io.TextIOWrapper(
+        _open_bytes(Path(path)), encoding="utf-8-sig", errors="replace", newline="\n"
+    )
 
 
-def _lines(path: str | Path, f: io.TextIOBase, size: int = -1) -> Iterator[tuple[int, str]]:
+def _head(path: Path, enough: int, first_line: bool) -> str:
+    """The file's first ``enough`` bytes as text (or its first line, if ``first_line``; at
+    most :data:`_HEAD_BYTES`), for format detection. A pipe is read once: what is read here
+    is kept for the next :func:`open_text` of the same path to read again."""
+    raw = _open_bytes(path)
+    head = b""
+    try:
+        while len(head) < min(enough, _HEAD_BYTES) and not (first_line and b"\n" in head):
+            piece = raw.read1(8192)
+            if not piece:
+                break
+            head += piece
+    except (OSError, EOFError, zlib.error) as err:
+        if not head:  # else the reader meets it again, after the lines before it
+            raw.close()
+            raise CorpusError(path, 1, _unreadable(err)) from None
+    if path.is_file():
+        raw.close()
+    else:
+        _peeked[str(path)] = (head, raw)
+    return head.decode("utf-8-sig", errors="replace")
+
+
+def _lines(path: str | Path, f: io.TextIOBase, size: int = -1) -> Iterator[tuple[int, str | None]]:
     """``(line number, text)`` for each line of ``f`` (pieces of at most ``size`` characters
-    when given). A stream that cannot be read on — a corrupt or truncated gzip file, an I/O
-    error — raises :class:`CorpusError` at the line it stops in, after every line before it."""
-    n = 1
+    when given). A line longer than :data:`MAX_LINE_CHARS` comes as ``(line number, None)``
+    and is never held whole: if reading goes on, the rest of it is skipped a piece at a time.
+    A stream that cannot be read on — a corrupt or truncated gzip file, an I/O error —
+    raises :class:`CorpusError` at the line it stops in, after every line before it; so does
+    UTF-16 text, at its first line."""
+    limit = size if size > 0 else MAX_LINE_CHARS + 1
+    n, first = 1, True
     while True:
-        try:
-            text = f.readline(size)
-        except (OSError, EOFError, zlib.error) as err:
-            raise CorpusError(path, n, _unreadable(err)) from None
+        text = _read_line(path, n, f, limit)
         if not text:
             return
+        if first and _looks_utf16(text):
+            raise CorpusError(
+                path, 1, "the file is UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"
+            )
+        first = False
+        if size <= 0 and len(text) > MAX_LINE_CHARS and not text.endswith("\n"):
+            yield n, None
+            while text and not text.endswith("\n"):  # only if the caller reads on
+                text = _read_line(path, n, f, 1 << 20)
+            n += 1
+            continue
         yield n, text
         n += text.endswith("\n")
+
+
+def _read_line(path: str | Path, n: int, f: io.TextIOBase, limit: int) -> str:
+    try:
+        return f.readline(limit)
+    except (OSError, EOFError, zlib.error) as err:
+        raise CorpusError(path, n, _unreadable(err)) from None
+
+
+def _looks_utf16(text: str) -> bool:
+    """Whether the start of a file read as UTF-8 is UTF-16 text: a NUL byte beside each
+    ASCII character (a quarter to three fifths of the characters: all NULs is not text)."""
+    sample = text[:4096]
+    return len(sample) > 1 and len(sample) <= sample.count("\x00") * 4 <= len(sample) * 12 // 5
+
+
+def xml_pieces(path: str | Path) -> Iterator[tuple[int, str]]:
+    """The text of an XML file in pieces of at most 64K characters, each with its line, for
+    :func:`qres.corpus.stackexchange.xml_events`; an unreadable stream raises
+    :class:`CorpusError` at its line."""
+    with open_text(path) as f:
+        yield from _lines(path, f, size=1 << 16)
+
+
+def _too_long() -> str:
+    return f"the line is longer than {MAX_LINE_CHARS:,} characters: not a forum question"
 
 
 def _unreadable(err: Exception) -> str:
@@ -138,21 +247,19 @@ def _unreadable(err: Exception) -> str:
 
 
 def detect_format(path: str | Path) -> str:
-    name = Path(path).name.lower().removesuffix(".gz")
+    """The format of ``path``, from its name and first bytes (read once: a pipe's reader
+    gets them again)."""
+    path = Path(path)
+    name = path.name.lower().removesuffix(".gz")
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
-    if name.endswith(".xml"):
-        with open_text(path) as f:
-            try:
-                head = f.read(4096)
-            except (OSError, EOFError, zlib.error) as err:
-                raise CorpusError(path, 1, _unreadable(err)) from None
-        return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
     if name.endswith(".csv"):
         return "semeval-csv"
-    with open_text(path) as f:
-        _, first_line = next(_lines(path, f), (1, ""))
-    first = first_line.rstrip("\r\n").lower().split("\t")
+    if name.endswith(".xml"):
+        head = _head(path, 4096, first_line=False)[:4096]
+        return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
+    first_line = _head(path, _HEAD_BYTES, first_line=True).split("\n", 1)[0]
+    first = first_line.rstrip("\r").lower().split("\t")
     return "tsv" if first[:1] == ["id"] else "askubuntu"
 
 
@@ -192,11 +299,22 @@ def read_corpus(
         yield question
 
 
+def id_problem(qid: str) -> str | None:
+    """Why ``qid`` cannot be a question id (empty, a control character or lone surrogate,
+    longer than :data:`MAX_ID_BYTES`), or None."""
+    if not qid.strip():
+        return "empty id"
+    if not qid.isprintable() and _ID_UNSAFE.search(qid):
+        return f"id {qid[:80]!r} contains a control character or a lone surrogate"
+    if len(qid) > MAX_ID_BYTES // 4 and len(qid.encode()) > MAX_ID_BYTES:
+        return f"id {qid[:40]!r}... is longer than {MAX_ID_BYTES} bytes"
+    return None
+
+
 def _clean(q: Question, stats: ReadStats) -> Question:
-    if not q.id:
-        raise ValueError("empty id")
-    if not q.id.isprintable() and _ID_UNSAFE.search(q.id):
-        raise ValueError(f"id {q.id!r} contains a control character or a lone surrogate")
+    problem = id_problem(q.id)
+    if problem:
+        raise ValueError(problem)
     title, body = _clean_text(q.title).strip(), _clean_text(q.body).strip()
     if not title and not body:
         stats.empty += 1
@@ -258,6 +376,9 @@ def _split_tags(value) -> tuple[str, ...]:
 def _read_askubuntu(path: Path):
     with open_text(path) as f:
         for n, line in _lines(path, f):
+            if line is None:
+                yield n, _too_long()
+                continue
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
@@ -274,6 +395,8 @@ def _read_tsv(path: Path):
     with open_text(path) as f:
         lines = _lines(path, f)
         _, header = next(lines, (1, ""))
+        if header is None:
+            raise CorpusError(path, 1, f"the header: {_too_long()}")
         columns = [h.strip().lower() for h in header.rstrip("\r\n").split("\t")]
         missing = {"id", "title", "body"} - set(columns)
         if missing:
@@ -283,6 +406,9 @@ def _read_tsv(path: Path):
         }
         extra_columns = {name: columns.index(name) for name in KNOWN_EXTRAS if name in columns}
         for n, line in lines:
+            if line is None:
+                yield n, _too_long()
+                continue
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
@@ -311,12 +437,16 @@ _JSON_TYPES = {
 def _read_jsonl(path: Path):
     with open_text(path) as f:
         for n, line in _lines(path, f):
+            if line is None:
+                yield n, _too_long()
+                continue
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
-                yield n, f"invalid JSON ({err.msg} at column {err.colno})"
+                # some messages end in "at" ("Unterminated string starting at"): said once
+                yield n, f"invalid JSON ({err.msg.removesuffix(' at')} at column {err.colno})"
                 continue
             except RecursionError:
                 yield n, "invalid JSON (nested too deeply)"
@@ -360,46 +490,42 @@ def _read_semeval_xml(path: Path):
     seen: set[str] = set()
     parser = ET.XMLPullParser(events=("start", "end"))
     record_line = 1
-    with open_text(path) as f:
-        try:
-            for n, text in _lines(path, f, size=1 << 16):
-                parser.feed(text)
-                for event, elem in parser.read_events():
-                    if event == "start":
-                        if elem.tag == "RelQuestion":
-                            record_line = n
-                        continue
-                    if elem.tag == "OrgQuestion":
-                        elem.clear()  # its threads and comments are done with
-                    if elem.tag != "RelQuestion":
-                        continue
-                    qid = elem.get("RELQ_ID", "").strip()
-                    if not qid:
-                        yield record_line, "a RelQuestion without a RELQ_ID"
-                    elif qid not in seen:
-                        seen.add(qid)
-                        tags = _split_tags(elem.get("RELQ_TAGS")) or _split_tags(
-                            elem.get("RELQ_CATEGORY")
-                        )
-                        subject = elem.findtext("RelQSubject") or ""
-                        yield (
-                            record_line,
-                            Question(qid, subject, elem.findtext("RelQBody") or "", tags),
-                        )
-                    elem.clear()
-            parser.close()
-        except ET.ParseError as err:
-            # expat cannot go on after an error: nothing after it can be read.
-            raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
+    try:
+        for n, event, elem in stackexchange.xml_events(parser, xml_pieces(path)):
+            if event == "start":
+                if elem.tag == "RelQuestion":
+                    record_line = n
+                continue
+            if elem.tag == "OrgQuestion":
+                elem.clear()  # its threads and comments are done with
+            if elem.tag != "RelQuestion":
+                continue
+            qid = elem.get("RELQ_ID", "").strip()
+            if not qid:
+                yield record_line, "a RelQuestion without a RELQ_ID"
+            elif qid not in seen:
+                seen.add(qid)
+                tags = _split_tags(elem.get("RELQ_TAGS")) or _split_tags(elem.get("RELQ_CATEGORY"))
+                subject = elem.findtext("RelQSubject") or ""
+                yield (
+                    record_line,
+                    Question(qid, subject, elem.findtext("RelQBody") or "", tags),
+                )
+            elem.clear()
+        parser.close()
+    except ET.ParseError as err:
+        # expat cannot go on after an error: nothing after it can be read.
+        raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
+    except stackexchange.MalformedXML as err:
+        raise CorpusError(path, err.line, str(err)) from None
 
 
 def _read_stackexchange(path: Path):
-    with open_text(path) as f:
-        try:
-            for n, record in stackexchange.read_posts(_lines(path, f, size=1 << 16)):
-                yield n, record if isinstance(record, str) else Question(**record)
-        except stackexchange.MalformedXML as err:
-            raise CorpusError(path, err.line, str(err)) from None
+    try:
+        for n, record in stackexchange.read_posts(xml_pieces(path)):
+            yield n, record if isinstance(record, str) else Question(**record)
+    except stackexchange.MalformedXML as err:
+        raise CorpusError(path, err.line, str(err)) from None
 
 
 def _read_semeval_csv(path: Path):
@@ -420,12 +546,13 @@ def _semeval_csv_from(path: Path, first: int, seen: set[str]):
     """The records from line ``first`` on; returns the line to read on from after a bad
     record that ran over several lines, or None at the end of the file."""
     with open_text(path) as f:
-        lines = (text for n, text in _lines(path, f) if n == 1 or n >= first)
-        rows = csv.reader(lines, strict=True)
+        rows = csv.reader(_csv_lines(_lines(path, f), first), strict=True)
         try:
             header = next(rows, [])
         except csv.Error as err:
             raise CorpusError(path, 1, f"malformed CSV header ({err})") from None
+        except _LongLine:
+            raise CorpusError(path, 1, f"the header: {_too_long()}") from None
         if not {"question2_id", "question2"} <= set(header) or rows.line_num != 1:
             raise CorpusError(
                 path, 1, "expected the SemEval subtask B CSV header (question2_id, question2, ...)"
@@ -441,6 +568,9 @@ def _semeval_csv_from(path: Path, first: int, seen: set[str]):
                 return None
             except csv.Error as err:
                 row, problem = None, _csv_problem(err)
+            except _LongLine as err:
+                yield err.line, _too_long()
+                return err.line + 1
             end = rows.line_num + skipped
             if row is not None and not row:
                 continue
@@ -459,6 +589,23 @@ def _semeval_csv_from(path: Path, first: int, seen: set[str]):
                 seen.add(qid)
                 title, _, body = row[text_at].partition(". ")
                 yield start, Question(qid, title, body)
+
+
+class _LongLine(Exception):
+    """A CSV line longer than :data:`MAX_LINE_CHARS`, at ``line``."""
+
+    def __init__(self, line: int):
+        super().__init__(line)
+        self.line = line
+
+
+def _csv_lines(lines: Iterator[tuple[int, str | None]], first: int) -> Iterator[str]:
+    """The text of line 1 and of the lines from ``first`` on, for the csv module."""
+    for n, text in lines:
+        if n == 1 or n >= first:
+            if text is None:
+                raise _LongLine(n)
+            yield text
 
 
 def _csv_problem(err: csv.Error) -> str:

@@ -35,6 +35,15 @@ _BLOCKS = {
     "h1", "h2", "h3", "h4", "h5", "h6",
 }  # fmt: skip
 _ANGLE_TAGS = re.compile(r"<([^<>]*)>")
+# expat (before 2.6, which Python 3.11 ships) parses an unfinished token again from its start
+# on every feed: one 20 MB attribute fed 64 KB at a time is scanned ~300 times over. While a
+# feed gives no event, the next one gathers as much text as all since the last event, which
+# keeps parsing linear; a token still unfinished after this many characters is refused (one
+# 4 GB attribute in a 4 MB .gz must not take gigabytes and minutes).
+MAX_TOKEN_CHARS = 64 * 2**20
+# A body's HTML beyond this is not turned into text (its text is cut at 20,000 characters
+# anyway, and html_to_text takes ~0.1 s a MB).
+MAX_BODY_HTML_CHARS = 1_000_000
 _SPACES = re.compile(r"[ \t\r\f\v]+")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 
@@ -91,32 +100,71 @@ def looks_like_posts(head: str) -> bool:
     return re.search(r"<posts[\s>]", head) is not None
 
 
+def xml_events(
+    parser: ET.XMLPullParser, lines: Iterable[tuple[int, str]]
+) -> Iterator[tuple[int, str, ET.Element]]:
+    """``(line, event, element)`` for each event of ``parser`` fed ``lines`` (``(line
+    number, text)`` pieces), ``line`` being the last line fed (the caller closes the
+    parser). Raises :class:`MalformedXML` when the text since the last event runs past
+    :data:`MAX_TOKEN_CHARS` characters (see there)."""
+    pending: list[str] = []
+    size = since = 0  # characters gathered; fed since the last event
+    quiet_from = n = 1  # where the text fed since the last event began; the last line
+
+    def feed():
+        nonlocal pending, size, since, quiet_from
+        parser.feed("".join(pending))
+        quiet_from = quiet_from if since else n
+        pending, since, size = [], since + size, 0
+        for event, elem in parser.read_events():
+            yield n, event, elem
+            since = 0
+        if since > MAX_TOKEN_CHARS:
+            raise MalformedXML(
+                quiet_from,
+                f"an element or attribute runs past {MAX_TOKEN_CHARS:,} characters (a forum "
+                "post is a few KB): not read",
+            )
+
+    for n, text in lines:  # noqa: B007 - feed() reads n
+        pending.append(text)
+        size += len(text)
+        # no event for a while: gather as much again before feeding (never past the limit)
+        if size < since and since + size <= MAX_TOKEN_CHARS:
+            continue
+        yield from feed()
+    if pending:
+        yield from feed()
+
+
 def read_posts(lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict | str]]:
     """``(line, question)`` for each question row of ``lines`` (``(line number, text)``
     pairs), a question being a dict of ``id``, ``title``, ``body``, ``tags``, ``extras``;
     ``(line, problem)`` for a question row that cannot be read. Raises :class:`MalformedXML`
     where the XML itself breaks, after every row before it."""
     parser = ET.XMLPullParser(events=("start", "end"))
-    root, row_line, n = None, 1, 1
+    root, row_line, n, ended = None, 1, 1, False
     try:
-        for n, text in lines:
-            parser.feed(text)
-            for event, elem in parser.read_events():
-                if event == "start":
-                    if root is None:
-                        root = elem
-                    elif elem.tag == "row":
-                        row_line = n
-                    continue
-                if elem.tag != "row":
-                    continue
-                if elem.get("PostTypeId") == QUESTION:
-                    yield row_line, _question(elem)
-                if root is not None:
-                    root.remove(elem)  # the rows read are dropped: memory stays constant
+        for n, event, elem in xml_events(parser, lines):
+            if event == "start":
+                if root is None:
+                    root = elem
+                elif elem.tag == "row":
+                    row_line = n
+                continue
+            if elem.tag != "row":
+                continue
+            if elem.get("PostTypeId") == QUESTION:
+                yield row_line, _question(elem)
+            if root is not None and elem in root:  # (a row nested deeper is left)
+                root.remove(elem)  # the rows read are dropped: memory stays constant
+        ended = True  # every line was fed: the XML is left open at the end of the file
         parser.close()
     except ET.ParseError as err:
-        raise MalformedXML(err.position[0] or n, f"malformed XML ({err})") from None
+        cut = ""
+        if ended and root is not None:
+            cut = f": the file ends before </{root.tag}>, so it looks cut short"
+        raise MalformedXML(err.position[0] or n, f"malformed XML ({err}){cut}") from None
     if root is None:
         raise MalformedXML(n, "no XML element: not a Posts.xml file")
     if root.tag != "posts":
@@ -141,7 +189,7 @@ def _question(row: ET.Element) -> dict | str:
     return {
         "id": qid,
         "title": row.get("Title") or "",
-        "body": html_to_text(row.get("Body") or ""),
+        "body": html_to_text((row.get("Body") or "")[:MAX_BODY_HTML_CHARS]),
         "tags": split_tags(row.get("Tags")),
         "extras": extras,
     }

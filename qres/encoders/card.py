@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 CARD_FILE = "model.json"
 VOCAB_FILE = "vocab.txt"
@@ -59,6 +59,16 @@ def vocab_file(card: dict) -> str:
     return card["tokenizer_file"] if card.get("architecture") == TRANSFORMER else VOCAB_FILE
 
 
+def check_file_name(card_path: Path, name) -> None:
+    """Refuse a file a card names outside its model directory (``../x.onnx``, ``/etc/x``):
+    a model directory is read, copied and verified as one folder."""
+    parts = PurePosixPath(name).parts if isinstance(name, str) else ()
+    if not parts or parts[0] == "/" or ".." in parts or "\\" in name:
+        raise EncoderError(
+            f"{card_path}: not a valid model card ({name!r} is not a file of the model directory)"
+        )
+
+
 def read_card(path: Path) -> dict:
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
@@ -75,10 +85,14 @@ def read_card(path: Path) -> dict:
     graphs = card.get("graphs")
     if not isinstance(graphs, dict) or not {"title", "body"} <= graphs.keys():
         raise EncoderError(f"{path}: not a valid model card (bad or missing 'graphs')")
+    named = [graphs["title"], graphs["body"]]
     if card.get("architecture") == TRANSFORMER:
         for key, kind in (("tokenizer_file", str), ("max_seq_tokens", int)):
             if not isinstance(card.get(key), kind):
                 raise EncoderError(f"{path}: not a valid model card (bad or missing {key!r})")
+        named.append(card["tokenizer_file"])
+    for name in named:
+        check_file_name(path, name)
         weight = card.get("title_weight", 0.0)
         if not isinstance(weight, int | float) or isinstance(weight, bool) or not 0 <= weight < 1:
             raise EncoderError(f"{path}: not a valid model card ('title_weight' not in [0, 1))")

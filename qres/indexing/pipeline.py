@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue
 import sys
@@ -177,6 +178,8 @@ def index_questions(
         if batch:
             stages.put(batch)
 
+    # A rebuild that stops is thrown away whole: nothing read so far is worth finishing.
+    kept_when_stopped = not backend.rebuilding
     reading = iter(questions)
     try:
         while True:
@@ -187,8 +190,9 @@ def index_questions(
             except BaseException:
                 # Whatever stopped the reader (a bad record, an unreadable file, Ctrl-C), keep
                 # every good question it read before that.
-                flush()
-                stages.finish()
+                if kept_when_stopped:
+                    flush()
+                    stages.finish()
                 raise
             pending.append(question)
             if len(pending) >= batch_size:
@@ -197,8 +201,9 @@ def index_questions(
         stages.finish()
     except KeyboardInterrupt:
         # Ctrl-C while handing a batch over or waiting for the stages: finish what they hold.
-        flush()
-        stages.finish()
+        if kept_when_stopped:
+            flush()
+            stages.finish()
         raise
     finally:
         stages.stop()
@@ -206,8 +211,9 @@ def index_questions(
             pool.shutdown(cancel_futures=True)
         if sys.exc_info()[0] is None:
             backend.commit()
-        else:  # the error that stopped the run is the one to report, not a commit failing after
-            with contextlib.suppress(Exception):  # it for the same cause (a full disk)
+            backend.update_nearest()
+        elif kept_when_stopped:  # the error that stopped the run is the one to report, not a
+            with contextlib.suppress(Exception):  # commit failing after it for the same cause
                 backend.commit()
     report.indexed -= report.duplicates
     report.seconds = time.perf_counter() - start
@@ -234,6 +240,20 @@ _worker_preparer: _Preparer | None = None
 def _start_worker(preparer: _Preparer) -> None:
     global _worker_preparer
     _worker_preparer = preparer
+    threading.Thread(target=_exit_with_parent, name="qres-parent-watch", daemon=True).start()
+
+
+def _exit_with_parent() -> None:
+    """End this worker once the process that started it is gone: killed outright (kill -9),
+    it never shuts its pool down, and the worker would wait for work for ever (and so would
+    multiprocessing's resource tracker, which waits for every worker)."""
+    parent = multiprocessing.parent_process()
+    parent_pid = parent.pid if parent is not None else os.getppid()
+    if parent is not None:  # its sentinel is a pipe the parent holds open while it lives
+        multiprocessing.connection.wait([parent.sentinel])
+    while os.getppid() == parent_pid:  # the pipe may also close with the parent alive
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def _prepare_in_worker(questions: list[Question]) -> _Batch:

@@ -18,6 +18,7 @@ class ServiceConfig:
     model: str | None = None  # default: the model the index was built with
     fusion: str | None = None  # a fusion file (default: the model's, or equal weights)
     candidates: int = 100
+    dense_candidates: int = 100  # nearest by vector joining BM25's candidates (0: none)
     max_k: int = 100
     max_query_chars: int = 2000
     max_body_bytes: int = 4 * 1024 * 1024

@@ -3,13 +3,13 @@ is read: a bad one is a 400 (:class:`ApiError`) whose one sentence says what is 
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException
 
-from qres.corpus.readers import MAX_FIELD_CHARS, Question, extras_of
+from qres.corpus.readers import MAX_FIELD_CHARS, MAX_ID_BYTES, Question, extras_of, id_problem
 from qres.ranking.search import MODES
 
-MAX_ID_CHARS = 512
+ID_RULE = f"a question id is 1 to {MAX_ID_BYTES} bytes of UTF-8 without control characters"
 
 
 class ApiError(HTTPException):
@@ -38,17 +38,24 @@ class QuestionIn(BaseModel):
     )
 
 
+def _addressable(qid: str) -> str:
+    """An id every backend can address (the corpus readers' rule), or a ValueError."""
+    if id_problem(qid):
+        raise ValueError(ID_RULE)
+    return qid
+
+
 class QuestionLine(QuestionIn):
-    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    id: Annotated[str, AfterValidator(_addressable)]
 
 
 class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(max_length=MAX_FIELD_CHARS, description="The question's title.")
     body: str = Field(default="", max_length=MAX_FIELD_CHARS, description="Its text, if any.")
-    k: int = Field(default=10, ge=1)
+    k: int = Field(default=10, ge=1, strict=True)  # not true, not 3.0
     mode: Literal[MODES] | None = None
-    explain: bool = False
+    explain: bool = Field(default=False, strict=True)
 
 
 class ErrorOut(BaseModel):
@@ -208,8 +215,8 @@ def parse_body(model: type[BaseModel], raw: bytes | str, what: str = "the reques
 
 
 def check_id(qid: str) -> str:
-    if not qid.strip() or len(qid) > MAX_ID_CHARS:
-        raise ApiError(400, f"a question id is 1 to {MAX_ID_CHARS} characters.")
+    if id_problem(qid):
+        raise ApiError(400, f"{ID_RULE}.")
     return qid
 
 

@@ -79,6 +79,7 @@ class Service:
                 self.backend,
                 config.model,
                 candidates=config.candidates,
+                dense_candidates=config.dense_candidates,
                 threads=1,
                 fusion=config.fusion,
             )

@@ -99,6 +99,21 @@ class BackendContract:
         assert "u1" not in {h.id for h in backend.search("usb", 10)}
         assert backend.fetch(["u1"]) == {}
 
+    def test_an_id_longer_than_every_backend_can_address_is_refused(self, backend):
+        """Issue 34: ids over 65,530 bytes were stored by the embedded backend, yet could not
+        be fetched, replaced or deleted. One limit everywhere: 512 bytes (UTF-8)."""
+        longest, too_long = "é" * 256, "é" * 256 + "x"  # 512 bytes, 513 bytes
+        with pytest.raises(BackendError, match="longer than 512 bytes"):
+            backend.upsert([Question("ok", "t", "b"), Question(too_long, "t", "b")])
+        backend.commit()
+        assert backend.count() == 0  # the batch is refused before anything is written
+        self.fill(backend, [Question(longest, "first", "x")])
+        self.fill(backend, [Question(longest, "second", "y")])
+        assert backend.count() == 1 and backend.fetch([longest])[longest].title == "second"
+        backend.delete([longest])
+        backend.commit()
+        assert backend.count() == 0
+
     def test_fetch_returns_stored_fields(self, backend):
         self.fill(backend)
         got = backend.fetch(["u1", "u2", "nope"])

@@ -7,6 +7,8 @@ Layout of an index directory::
     vectors.f16     (or .f32) row ``slot`` holds the vector of the document with that slot
     vectors-FP.f16  the same rows for each further model (FP: its fingerprint's first 16 hex
                     digits), written only in indexes of several models (format 3)
+    vectors.f16.ann the approximate nearest-neighbour graph of a vector file's rows, once
+                    the index is big enough (:mod:`qres.backends.embedded.ann`); optional
     meta.json       index metadata: format, analyzer, title boost, model fingerprint, vector dims
                     (``more_models``: the further models' fingerprints, dims and directories)
     writer.lock     held (flock) by the one process that may write the index
@@ -15,6 +17,14 @@ A rebuild or compaction works in ``NAME.rebuild`` beside the index (and ``NAME.o
 moment during the swap). A process killed mid-job leaves that work directory behind: readers
 never touch it (:meth:`WriterLock.leftovers` reports it), and the next process that takes the
 writer lock removes it, saying so in one warning.
+
+The swap (:func:`swap_in`) renames ``NAME`` to ``NAME.old``, then ``NAME.rebuild`` to
+``NAME``. Once the first rename is done the only way is forward: ``NAME.rebuild`` is complete
+(committed before), so whoever finds ``NAME`` missing beside ``NAME.old`` — the swapping
+process's own cleanup, a reader, the next writer, the next open after a crash — finishes the
+swap (:func:`complete_interrupted_swap`); nothing deletes ``NAME.old`` while ``NAME`` is
+missing, and no writer creates an empty ``NAME`` in its place. Ctrl-C and SIGTERM are held
+back across the two renames (:func:`signals_deferred`).
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import tantivy
@@ -41,7 +53,9 @@ META_KEYS = ("analyzer", "title_boost", "vector_dtype")
 # What an index directory may hold; a directory with anything else is never deleted or
 # replaced by a rebuild (it is somebody's data, not an index).
 _INDEX_ENTRIES = {"tantivy", "meta.json", "meta.json.tmp", "vectors.f16", "vectors.f32", LOCK_FILE}
-_MORE_VECTORS = re.compile(r"vectors-[0-9a-f]{16}\.f(16|32)")  # further models' vector files
+# further models' vector files, and every vector file's ANN file (qres.backends.embedded.ann)
+# with the one an interrupted write of it leaves
+_MORE_VECTORS = re.compile(r"vectors(-[0-9a-f]{16})?\.f(16|32)(\.ann(\.tmp)?)?")
 # The on-disk layouts this code reads and writes. 1: title/body also indexed as one raw term;
 # 2: one model; 3: several models (``more_models``), which an older qres must not open.
 # The stored ``extras`` field came later without a new format: an older qres ignores it, and
@@ -87,14 +101,63 @@ def _tree_bytes(path: Path) -> int:
 
 
 def complete_interrupted_swap(live: Path) -> None:
-    """A crash between the two renames of a swap leaves NAME.old and a finished NAME.rebuild
-    but no NAME: finish the swap."""
+    """NAME missing beside NAME.old: a swap stopped (or is now) between its two renames.
+    Finish it: NAME.rebuild, complete before the first rename, becomes NAME. Without one (an
+    older qres deleted it), NAME.old, the only copy left, is put back."""
     old, staging = sibling(live, ".old"), sibling(live, ".rebuild")
-    if live.exists() or not old.exists() or not (staging / "meta.json").exists():
+    if live.exists() or not old.is_dir():
         return
+    # Each rename is atomic and never replaces a non-empty directory, so when the swapping
+    # process (or another reader) gets there first, ours fails and changes nothing.
     with contextlib.suppress(OSError):  # read-only, or another process just finished it
-        os.replace(staging, live)
-        shutil.rmtree(old, ignore_errors=True)
+        if (staging / "meta.json").exists():
+            os.replace(staging, live)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, live)
+            log.warning("put %s back from %s, left by an interrupted swap", live, old)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold Ctrl-C (SIGINT) and SIGTERM back until the block ends, then deliver the first
+    one caught. Python runs signal handlers in the main thread only, so elsewhere there is
+    nothing to hold back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {
+        s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        if caught:
+            signal.raise_signal(caught[0])  # the handler restored above runs now
+
+
+def swap_in(live: Path, staging: Path) -> None:
+    """Make the complete index ``staging`` (NAME.rebuild) the index at ``live`` (NAME): NAME
+    becomes NAME.old, NAME.rebuild becomes NAME, NAME.old is deleted. A reader that opens
+    between the renames finishes the swap itself (:func:`complete_interrupted_swap`), which
+    is no failure."""
+    old = sibling(live, ".old")
+    shutil.rmtree(old, ignore_errors=True)  # NAME is there (this process holds its lock)
+    new = identity_of(staging)
+    with signals_deferred():
+        if live.exists():
+            os.replace(live, old)
+        try:
+            os.replace(staging, live)
+        except FileNotFoundError:
+            if new is None or identity_of(live) != new:  # not finished by another process
+                raise
+        fsync_dir(live.parent)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_meta(meta_path: Path) -> dict:
@@ -168,6 +231,39 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
+def lock_dir(path: Path):
+    """The open ``writer.lock`` of the index at ``path``, held (flock) until closed; refused
+    while another process holds it. ``path`` is created if missing, but never while
+    ``NAME.old`` is beside it: that is a swap to finish first, or the index is lost."""
+    old = sibling(path, ".old")
+    for _ in range(3):
+        try:
+            try:
+                lock = open(path / LOCK_FILE, "a")  # noqa: SIM115 - held while writing
+                break
+            except FileNotFoundError:
+                if old.exists():
+                    complete_interrupted_swap(path)
+                else:
+                    path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise BackendError(f"{path} cannot be written ({err.strerror})") from None
+    else:
+        raise BackendError(
+            f"{path} is missing and {old} is beside it (an interrupted swap) that this "
+            f"process cannot finish: rename {sibling(path, '.rebuild')} (or, without one, "
+            f"{old}) to {path}"
+        )
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise BackendError(
+            f"{path} is being written by another qres process: wait for it to end"
+        ) from None
+    return lock
+
+
 class WriterLock:
     """The writer's lock of :class:`~qres.backends.embedded.EmbeddedBackend` (mixed into it):
     one process at a time writes an index, and that process clears the leftovers of
@@ -176,26 +272,18 @@ class WriterLock:
     def _take_lock(self) -> None:
         if self._lock is not None:
             return
-        try:
-            self.live_path.mkdir(parents=True, exist_ok=True)
-            lock = open(self.live_path / LOCK_FILE, "a")  # noqa: SIM115 - held while writing
-        except OSError as err:
-            raise BackendError(f"{self.live_path} cannot be written ({err.strerror})") from None
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            raise BackendError(
-                f"{self.live_path} is being written by another qres process: wait for it to end"
-            ) from None
-        self._lock = lock
+        self._lock = lock_dir(self.live_path)
         self._remove_leftovers()
 
     def _remove_leftovers(self) -> None:
         """Delete what an interrupted rebuild or compaction left beside the index. Only the
         writer-lock holder calls this, so no running job's work directory is ever touched."""
+        whole = (self.live_path / "meta.json").exists()
         for found in self.leftovers():
             work = Path(found["path"])
+            if work.name.endswith(".old") and not whole:
+                log.warning("left %s alone: %s holds no index", work, self.live_path)
+                continue
             try:
                 check_replaceable(work)  # never somebody's own directory that merely looks alike
             except BackendError as err:

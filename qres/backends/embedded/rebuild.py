@@ -4,7 +4,8 @@ then swapped in.
 The new index is written in ``NAME.rebuild`` while holding the live index's writer lock; then
 the directories are swapped (the live one becomes ``NAME.old`` for a moment). Readers keep
 seeing the old index until the swap and notice the new one (a new directory) on their next
-call. A crash between the two renames is finished by the next open
+call. Once the first rename is done the swap is only ever finished, never undone: by this
+process's own cleanup on an error or signal, or after a crash by the next open
 (:func:`~qres.backends.embedded.directory.complete_interrupted_swap`); a process killed
 mid-job leaves its work directory behind, which the next writer removes
 (:class:`~qres.backends.embedded.directory.WriterLock`).
@@ -13,7 +14,6 @@ mid-job leaves its work directory behind, which the next writer removes
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from collections.abc import Callable, Sequence
 
@@ -24,10 +24,13 @@ from qres.backends.base import BackendError
 from qres.backends.embedded.directory import (
     META_KEYS,
     check_replaceable,
-    fsync_dir,
+    complete_interrupted_swap,
     init_dir,
+    lock_dir,
     read_meta,
     sibling,
+    signals_deferred,
+    swap_in,
 )
 from qres.backends.embedded.documents import question_of
 
@@ -63,28 +66,39 @@ class Rebuilds:
         self._load_engine()
 
     def finish_rebuild(self) -> None:
-        """Commit the new index and swap it in for the live one, which is deleted."""
+        """Commit the new index and swap it in for the live one, which is deleted. This
+        object stays the index's writer (its lock moves with the new index)."""
         if not self._rebuilding:
             raise BackendError("no rebuild under way: start one with begin_rebuild()")
         self.commit()
         self._close_files()
-        live, staging, old = self.live_path, self.path, sibling(self.live_path, ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        if live.exists():
-            os.replace(live, old)
-        os.replace(staging, live)  # a crash between the renames is finished by the next open
-        fsync_dir(live.parent)
-        shutil.rmtree(old, ignore_errors=True)
-        self._release_lock()
-        self.path, self._rebuilding = live, False
+        live, staging = self.live_path, self.path
+        # The new index's lock, held before it becomes NAME: no other writer gets in between.
+        lock = lock_dir(staging)
+        with signals_deferred():  # a Ctrl-C or SIGTERM meanwhile is raised once this is done
+            try:
+                swap_in(live, staging)
+            except BaseException:
+                lock.close()
+                raise
+            old_lock, self._lock = self._lock, lock
+            self.path, self._rebuilding = live, False
+            self.swapped_in = True
+        if old_lock is not None:
+            old_lock.close()
         self._open(create=False)
 
     def abort_rebuild(self) -> None:
-        """Delete the index being built; the live index stays as it was."""
+        """Delete the index being built; the live index stays as it was. Once the swap has
+        begun (NAME is missing: it is NAME.old now) the new index is complete, and the swap is
+        finished instead."""
         if not self._rebuilding:
             return
         self._close_files()
-        shutil.rmtree(self.path, ignore_errors=True)
+        if self.live_path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            complete_interrupted_swap(self.live_path)
         self._release_lock()
         self.path, self._rebuilding = self.live_path, False
         with contextlib.suppress(BackendError):  # the live index may be missing or damaged
