@@ -1,37 +1,52 @@
-"""Latency of the dense first stage (``EmbeddedBackend.nearest``) as the index grows, beside
-BM25 top-k and an exact float32 scan on the same index in the same run, as JSON.
+"""Latency of the dense first stage (``EmbeddedBackend.nearest``) as the index grows: through
+its ANN file (``qres.backends.embedded.ann``) beside the exact int8 scan and BM25 top-k, on
+the same index in the same run, with the ANN's recall against the exact scan, as JSON.
 
     python benchmarks/nearest_latency.py --docs 10000,100000 [--dim 384] [--queries 200]
+    python benchmarks/nearest_latency.py --vectors-from DIR --docs 5000,10000,20000,40000
+    python benchmarks/nearest_latency.py --index-dir DIR [--queries 200]
 
-For each size: a temporary embedded index of that many synthetic questions
-(benchmarks/synthetic.py) with random unit vectors of ``--dim`` dimensions (float16, as
-indexing stores them; latency does not depend on what the vectors mean), then ``--queries``
-queries timed in turn: ``nearest`` (top ``--k``: an int8 scan of every stored row, its
-shortlist ranked by the stored vectors' cosine), BM25 ``search`` (top ``--k``), and
-``exact_scan``, the peer: numpy's float32 loop over a float32 copy of every stored row and
-its top ``--k`` (what ``nearest`` did before the int8 scan). ``top_k_agreement``: the share
-of the exact scan's top k that ``nearest`` returned, over all queries.
-``nearest_over_bm25_p50`` and ``nearest_over_exact_scan_p50`` are the figures to compare
-across loaded machines.
+Three sources of vectors:
+
+* ``--docs`` alone: temporary indexes of that many synthetic questions (benchmarks/synthetic.py)
+  with random unit vectors of ``--dim`` dimensions (float16, as indexing stores them). Random
+  vectors have no neighbourhood structure: latency only, recall is flattering or not telling.
+* ``--vectors-from DIR --docs N,...``: temporary indexes of the first N questions of the index
+  at DIR with their real vectors (its first-stage model), an ANN file written whatever the
+  size: where nearest() through the graph overtakes the exact scan (``ann.MIN_ROWS``).
+* ``--index-dir DIR``: that index as it is (no copy).
+
+With real vectors the queries are titles of the index's own questions (evenly spread)
+encoded by its model as search encodes them (``--index-dir``, ``--vectors-from``); with
+random ones, random unit vectors. Timed in turn per query: ``nearest`` (what search runs:
+the graph where there is an ANN file, then the stored vectors rank its candidates),
+``nearest_exact`` (the int8 scan of every row, :meth:`EmbeddedBackend.nearest_exact`) and BM25
+``search`` (top ``--k``), wall time and the thread's CPU time (steadier on a loaded
+machine); ``recall`` is the share of ``nearest_exact``'s top k that
+``nearest`` returned. ``nearest_over_exact_p50`` and ``nearest_over_bm25_p50`` are the figures
+to compare across loaded machines.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import tantivy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_latency import machine, summary  # noqa: E402
 from synthetic import SyntheticForum  # noqa: E402
 
-from qres.backends.embedded import EmbeddedBackend  # noqa: E402
+from qres.backends.embedded import EmbeddedBackend, ann  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
 
 BATCH = 10_000
@@ -42,61 +57,154 @@ def unit_rows(rng, n: int, dim: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def measure(forum: SyntheticForum, docs: int, dim: int, queries: int, k: int) -> dict:
+def time_index(backend, texts: list[str], vectors: np.ndarray, k: int, model=None) -> dict:
+    """``nearest``, ``nearest_exact`` and BM25 timed in turn, query by query."""
+    for i in range(min(20, len(texts))):  # warm-up: page the files in, quantise the rows
+        backend.nearest(vectors[i], k, model)
+        backend.nearest_exact(vectors[i], k, model)
+        backend.search(texts[i], k)
+    engines = {
+        "nearest": lambda text, vector: backend.nearest(vector, k, model),
+        "nearest_exact": lambda text, vector: backend.nearest_exact(vector, k, model),
+        "bm25": lambda text, vector: backend.search(text, k),
+    }
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    cpu: dict[str, list[float]] = {name: [] for name in engines}
+    recall = []
+    for text, vector in zip(texts, vectors, strict=True):
+        found = {}
+        for name, engine in engines.items():
+            t, c = time.perf_counter(), time.thread_time()
+            found[name] = engine(text, vector)
+            times[name].append(1000 * (time.perf_counter() - t))
+            cpu[name].append(1000 * (time.thread_time() - c))
+        exact = {h.id for h in found["nearest_exact"]}
+        if exact:
+            recall.append(len({h.id for h in found["nearest"]} & exact) / len(exact))
+    latency = {
+        name: {**summary(t), "cpu_p50_ms": round(float(np.percentile(cpu[name], 50)), 3)}
+        for name, t in times.items()
+    }
+    snapshot = backend._snapshot
+    graph = backend._ann_file(backend._model_number(model) if model else 0, snapshot)
+    return {
+        "questions": backend.count(),
+        "ann_file_rows": graph.rows if graph is not None else None,
+        **latency,
+        f"recall@{k}": round(float(np.mean(recall)), 4),
+        f"recall@{k}_min": round(float(np.min(recall)), 3),
+        "nearest_over_exact_p50": round(
+            latency["nearest"]["p50_ms"] / latency["nearest_exact"]["p50_ms"], 3
+        ),
+        "nearest_over_bm25_p50": round(latency["nearest"]["p50_ms"] / latency["bm25"]["p50_ms"], 3),
+        "nearest_over_exact_cpu_p50": round(
+            latency["nearest"]["cpu_p50_ms"] / latency["nearest_exact"]["cpu_p50_ms"], 3
+        ),
+    }
+
+
+def synthetic(forum: SyntheticForum, docs: int, dim: int, queries: int, k: int) -> dict:
     rng = np.random.default_rng(docs)
     with tempfile.TemporaryDirectory() as tmp:
         backend = EmbeddedBackend(Path(tmp) / "ix", create=True)
         stream = forum.questions(docs)
         started = time.perf_counter()
-        ids, stored = [], []
         for start in range(0, docs, BATCH):
             batch = [next(stream) for _ in range(min(BATCH, docs - start))]
-            rows = unit_rows(rng, len(batch), dim)
-            backend.upsert(batch, rows)
-            ids += [q.id for q in batch]
-            stored.append(rows.astype(np.float16).astype(np.float32))  # as the index keeps them
-        backend.commit()
+            backend.upsert(batch, unit_rows(rng, len(batch), dim))
+            backend.commit()
+        backend.update_nearest()
         build_s = time.perf_counter() - started
-        stored = np.concatenate(stored)
-
-        def exact_scan(vector):
-            cosine = np.einsum("ij,j->i", stored, vector)
-            top = np.argpartition(-cosine, k - 1)[:k]
-            return top[np.argsort(-cosine[top])]
-
-        texts = forum.query_texts(queries)
-        vectors = unit_rows(rng, queries, dim)
-        for i in range(20):  # warm-up: page the vector file and tantivy's segments in
-            backend.nearest(vectors[i], k)
-            backend.search(texts[i], k)
-            exact_scan(vectors[i])
-        nearest_ms, bm25_ms, exact_ms, agreement = [], [], [], []
-        for text, vector in zip(texts, vectors, strict=True):
-            t = time.perf_counter()
-            found = backend.nearest(vector, k)
-            nearest_ms.append(1000 * (time.perf_counter() - t))
-            t = time.perf_counter()
-            backend.search(text, k)
-            bm25_ms.append(1000 * (time.perf_counter() - t))
-            t = time.perf_counter()
-            exact = exact_scan(vector)
-            exact_ms.append(1000 * (time.perf_counter() - t))
-            agreement.append(len({h.id for h in found} & {ids[i] for i in exact}) / k)
+        result = time_index(backend, forum.query_texts(queries), unit_rows(rng, queries, dim), k)
         backend.close()
-    near, bm25, exact = summary(nearest_ms), summary(bm25_ms), summary(exact_ms)
-    return {
-        "docs": docs,
-        "dim": dim,
-        "k": k,
-        "queries": queries,
-        "build_s": round(build_s, 1),
-        "nearest": near,
-        "bm25": bm25,
-        "exact_scan": exact,
-        "top_k_agreement": round(float(np.mean(agreement)), 5),
-        "nearest_over_bm25_p50": round(near["p50_ms"] / bm25["p50_ms"], 2),
-        "nearest_over_exact_scan_p50": round(near["p50_ms"] / exact["p50_ms"], 2),
-    }
+    return {"docs": docs, "dim": dim, "vectors": "random", "build_s": round(build_s, 1), **result}
+
+
+class RealIndex:
+    """An index's questions by vector row, its first-stage model and title queries."""
+
+    def __init__(self, index_dir: Path, queries: int):
+        from qres.ranking.search import SearchPipeline
+
+        self.backend = EmbeddedBackend(index_dir)
+        pipeline = SearchPipeline.for_index(self.backend)
+        stage = sorted(pipeline.first_stage) if pipeline.first_stage else None
+        self.encoder = next(e for e in pipeline.encoders if stage is None or e.fingerprint in stage)
+        several = len(pipeline.encoders) > 1
+        self.model = self.encoder.fingerprint if several else None
+        self.number = self.backend._model_number(self.model) if several else 0
+        searcher = self.backend._snapshot.index.searcher()
+        count = searcher.num_docs
+        step = max(1, count // queries)
+        hits = searcher.search(tantivy.Query.all_query(), count, count=False).hits
+        picked = [address for _, address in hits[::step][:queries]]
+        self.titles = [searcher.doc(a).to_dict()["title"][0].decode() for a in picked]
+        self.query_vectors = np.stack([self.encoder.encode_query(t) for t in self.titles])
+
+    def first(self, n: int):
+        """The questions of the first ``n`` vector rows, with each model's rows."""
+        searcher = self.backend._snapshot.index.searcher()
+        query = tantivy.Query.range_query(
+            self.backend._schema,
+            "slot",
+            tantivy.FieldType.Integer,
+            lower_bound=0,
+            upper_bound=n - 1,
+        )
+        hits = searcher.search(query, n, count=False).hits
+        addresses = [a for _, a in hits]
+        slots = searcher.fast_field_values("slot", addresses)
+        docs = {s: searcher.doc(a).to_dict() for s, a in zip(slots, addresses, strict=True)}
+        from qres.backends.embedded.documents import question_of
+
+        order = sorted(docs)
+        questions = [question_of(docs[s]["id"][0], docs[s]) for s in order]
+        models = self.backend.vector_models()
+        vectors = {
+            fp: np.asarray(self.backend._vector_rows(n, m)[order], np.float32)
+            for m, fp in enumerate(models)
+        }
+        return questions, vectors if len(models) > 1 else next(iter(vectors.values()))
+
+
+def subsets(real: RealIndex, sizes: list[int], k: int) -> list[dict]:
+    out = []
+    for n in sizes:
+        questions, vectors = real.first(n)
+        with tempfile.TemporaryDirectory() as tmp, _ann_from(0):
+            backend = EmbeddedBackend(Path(tmp) / "ix", create=True)
+            if isinstance(vectors, dict):
+                backend.set_metadata(
+                    {k_: v for k_, v in real.backend.metadata().items() if "model" in k_}
+                )
+            started = time.perf_counter()
+            for start in range(0, len(questions), BATCH):
+                part = slice(start, start + BATCH)
+                rows = (
+                    {fp: v[part] for fp, v in vectors.items()}
+                    if isinstance(vectors, dict)
+                    else vectors[part]
+                )
+                backend.upsert(questions[part], rows)
+            backend.commit()
+            build_s = time.perf_counter() - started
+            result = time_index(backend, real.titles, real.query_vectors, k, real.model)
+            backend.close()
+        out.append(
+            {"docs": len(questions), "vectors": "real", "build_s": round(build_s, 1), **result}
+        )
+    return out
+
+
+@contextlib.contextmanager
+def _ann_from(rows: int):
+    """ANN files written from ``rows`` live rows on, meanwhile."""
+    before = ann.MIN_ROWS
+    ann.MIN_ROWS = rows
+    try:
+        yield
+    finally:
+        ann.MIN_ROWS = before
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,11 +213,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--k", type=int, default=100)
+    parser.add_argument("--vectors-from", type=Path, help="an index whose real vectors to use")
+    parser.add_argument("--index-dir", type=Path, help="time this index as it is")
     args = parser.parse_args(argv)
-    forum = SyntheticForum(repo_shared_data())
     sizes = [int(n) for n in args.docs.split(",")]
-    results = [measure(forum, n, args.dim, args.queries, args.k) for n in sizes]
-    print(json.dumps({"benchmark": "nearest_latency", "machine": machine(), "results": results}))
+    report: dict = {"benchmark": "nearest_latency", "k": args.k}
+    if args.index_dir:
+        real = RealIndex(args.index_dir, args.queries)
+        report["index_dir"] = str(args.index_dir)
+        report["model"] = Path(real.encoder.model_dir).name
+        report["results"] = [
+            time_index(real.backend, real.titles, real.query_vectors, args.k, real.model)
+        ]
+    elif args.vectors_from:
+        real = RealIndex(args.vectors_from, args.queries)
+        report["vectors_from"] = str(args.vectors_from)
+        report["model"] = Path(real.encoder.model_dir).name
+        report["results"] = subsets(real, sizes, args.k)
+    else:
+        forum = SyntheticForum(repo_shared_data())
+        report["results"] = [synthetic(forum, n, args.dim, args.queries, args.k) for n in sizes]
+    report["machine"] = {**machine(), "load_average": os.getloadavg()}
+    print(json.dumps(report, indent=1))
     return 0
 
 

@@ -9,12 +9,18 @@ and a throw-away index ``qres-bench-<random>``, deleted at the end.
 
 Builds a synthetic corpus (benchmarks/synthetic.py) in a temporary index, then times single
 queries through the production SearchPipeline: BM25 top-k, and with a model also dense and
-hybrid (BM25 top-100 rescored). When the ``bm25s`` package is installed (the ``dev``
+hybrid (BM25 top-100 and the 100 nearest questions rescored), ranked alone (ids and
+scores, ``with_text=False``, as bm25s answers), and bm25 and hybrid again as ``qres search``
+shows them (``*_shown``: the results' titles, tags and snippets read too). When the
+``bm25s`` package is installed (the ``dev``
 extra) the same corpus, tokenised by qres's own analyzer (:func:`qres.text.bm25_terms`), is
 indexed by bm25s with tantivy's k1 = 1.2 and b = 0.75 in two ways, and every query is timed
 on each engine in turn, so all see the same machine load; the ratios
 (``qres_bm25_over_bm25s_p50``) are the figures to compare across loaded machines. Each mode
-runs 50 warm-up queries first.
+runs 50 warm-up queries first. With ``--links-forum DIR`` (a dump's folder, e.g. the travel
+forum) the same run also indexes that forum with its duplicate links (and ``--model``'s
+vectors) and times bm25, ranked alone, following the links and keeping duplicates as
+themselves (``links.following_over_keeping_p50``).
 
 * ``bm25s`` — one field holding the title twice and the body: bm25s's fast path (one
   posting list per query term). It is a different ranking function from qres's, which sums
@@ -131,6 +137,11 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=repo_shared_data())
     parser.add_argument("--index-dir", type=Path, help="keep the index here (default: temp)")
     parser.add_argument("--backend", choices=BACKENDS, default="embedded")
+    parser.add_argument(
+        "--links-forum",
+        type=Path,
+        help="a dump's folder (Posts.xml, PostLinks.xml): also time bm25 following its links",
+    )
     args = parser.parse_args()
 
     encoder = None
@@ -144,6 +155,8 @@ def main() -> None:
     backend = open_backend(args.backend, workdir / "index", create=True, index=index_name)
     try:
         result = run(args, backend, encoder, forum, workdir)
+        if args.links_forum:
+            result["links"] = following_links(args, encoder, workdir / "forum")
     finally:
         if args.backend == "elasticsearch":
             backend.drop()
@@ -151,6 +164,61 @@ def main() -> None:
         if args.index_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=2))
+
+
+def following_links(args, encoder, index_dir: Path) -> dict:
+    """A forum with its duplicate links indexed (with ``encoder``'s vectors), its titles
+    searched by bm25 ranked alone (``with_text=False``) following the links and keeping the
+    duplicates as themselves, in turn."""
+    from qres.corpus import duplicate_links
+    from qres.corpus.readers import read_corpus
+
+    posts = args.links_forum / "Posts.xml"
+    links = duplicate_links.read(args.links_forum / "PostLinks.xml")
+    backend = open_backend("embedded", index_dir, create=True)
+    try:
+        questions = duplicate_links.attach(read_corpus(posts), links)
+        index_questions(backend, questions, encoder=encoder)
+        following = SearchPipeline(backend)
+        keeping = SearchPipeline(backend)
+        keeping.follow_duplicates = False
+        titles = [q.title for q in read_corpus(posts)][: args.queries]
+        engines = {
+            "bm25_following_links": lambda t: following.search(t, args.k, with_text=False),
+            "bm25_keeping_duplicates": lambda t: keeping.search(t, args.k, with_text=False),
+        }
+        times = _timed(engines, titles)
+    finally:
+        backend.close()
+    latency = {name: summary(t) for name, t in times.items()}
+    return {
+        "forum": str(args.links_forum),
+        "questions_with_links": len(links),
+        "follows_links": following.follow_duplicates,
+        "queries": len(titles),
+        "latency": latency,
+        "following_over_keeping_p50": round(
+            latency["bm25_following_links"]["p50_ms"]
+            / latency["bm25_keeping_duplicates"]["p50_ms"],
+            3,
+        ),
+    }
+
+
+def _timed(engines: dict, queries: list[str], warm_up: int = 50) -> dict[str, list[float]]:
+    """Each query on every engine in turn, so all see the same load; the engine that goes
+    first rotates, so none always pays for bringing the query's data into the CPU caches."""
+    for run in engines.values():
+        for text in queries[:warm_up]:
+            run(text)
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    names = list(engines)
+    for i, text in enumerate(queries):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            start = time.perf_counter()
+            engines[name](text)
+            times[name].append((time.perf_counter() - start) * 1000)
+    return times
 
 
 def run(args, backend, encoder, forum, workdir: Path) -> dict:
@@ -176,24 +244,19 @@ def run(args, backend, encoder, forum, workdir: Path) -> dict:
     pipeline = SearchPipeline(backend, encoder)
     queries = forum.query_texts(args.queries)
     modes = ["bm25"] + (["dense", "hybrid"] if encoder else [])
-    engines = {mode: (lambda t, m=mode: pipeline.search(t, args.k, m)) for mode in modes}
+    # ranked alone (ids and scores), as bm25s answers; "_shown": what qres search shows, the
+    # results' titles, tags and snippets read too
+    engines = {
+        mode: (lambda t, m=mode: pipeline.search(t, args.k, m, with_text=False)) for mode in modes
+    }
+    engines["bm25_shown"] = lambda t: pipeline.search(t, args.k, "bm25")
+    if encoder:
+        engines["hybrid_shown"] = lambda t: pipeline.search(t, args.k, "hybrid")
     if other is not None:
         engines["bm25s"] = lambda t: other.search(t, args.k)
         if other.fields:
             engines["bm25s_fields"] = lambda t: other.search_fields(t, args.k)
-    for run in engines.values():
-        for text in queries[:50]:
-            run(text)
-    times: dict[str, list[float]] = {name: [] for name in engines}
-    names = list(engines)
-    # Each query on every engine in turn, so all see the same load; the engine that goes
-    # first rotates, so none always pays for bringing the query's data into the CPU caches.
-    for i, text in enumerate(queries):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            run = engines[name]
-            start = time.perf_counter()
-            run(text)
-            times[name].append((time.perf_counter() - start) * 1000)
+    times = _timed(engines, queries)
     latency = {name: summary(t) for name, t in times.items()}
 
     result = {

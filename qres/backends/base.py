@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qres.corpus.readers import Question
+from qres.corpus.readers import MAX_ID_BYTES, Question, id_problem
 
 
 class BackendError(RuntimeError):
@@ -38,6 +38,18 @@ def index_models(meta: dict) -> list[dict]:
     ``model_dir`` each), in the order of its vector files (see ``qres.backends.embedded``)."""
     first = {k: meta.get(k) for k in ("model_fingerprint", "vector_dim", "model_dir")}
     return ([first] if first["model_fingerprint"] else []) + list(meta.get("more_models", []))
+
+
+def check_ids(questions: Sequence[Question]) -> None:
+    """Refuse a question whose id no backend can address (over :data:`MAX_ID_BYTES`, a
+    control character): stored, it could never be fetched, replaced or deleted."""
+    for question in questions:
+        problem = id_problem(question.id)
+        if problem:
+            raise BackendError(
+                f"cannot store a question: {problem} (an id is 1 to {MAX_ID_BYTES} bytes of "
+                "UTF-8 without control characters)"
+            )
 
 
 class Candidates:
@@ -68,6 +80,14 @@ class Candidates:
         """The ids of the candidates at ``rows`` (positions in best-first order)."""
         return [self._hits[i].id for i in rows]
 
+    def stored(
+        self, ids: Sequence[str], fetch: Callable[[Sequence[str]], dict[str, Question]]
+    ) -> dict[str, Question]:
+        """The stored questions of ``ids``, as ``fetch`` (:meth:`Backend.fetch`) returns
+        them; a backend may read those among these candidates where its search found them
+        instead of looking them up again."""
+        return fetch(ids) if ids else {}
+
     @staticmethod
     def joined(first: Candidates, second: Candidates) -> Candidates:
         """``first``'s candidates, then ``second``'s (scored for the same query vectors)."""
@@ -94,6 +114,10 @@ class _Joined(Candidates):
         by_row = dict(zip([r for r in rows if r < self._split], first, strict=True))
         by_row |= dict(zip([r for r in rows if r >= self._split], second, strict=True))
         return [by_row[r] for r in rows]
+
+    def stored(self, ids, fetch):
+        first, second = self._parts
+        return first.stored(ids, lambda rest: second.stored(rest, fetch))
 
 
 class Backend(ABC):
@@ -193,6 +217,10 @@ class Backend(ABC):
             "is not supported"
         )
 
+    def update_nearest(self) -> None:  # noqa: B027 - optional hook
+        """Bring what nearest() searches up to date with what was committed, at the end of a
+        run of writes (the embedded backend's ANN files; commits keep them roughly so)."""
+
     several_models: bool = False  # whether it stores a vector per model (upsert's dicts)
 
     # Whether upsert keeps Question.extras, for fetch to return (an embedded index made
@@ -234,6 +262,15 @@ class Backend(ABC):
         """Commit the fresh index and replace the current one by it, atomically for readers.
         Leaving a ``with`` block normally does this too."""
         raise BackendError("no rebuild under way: start one with begin_rebuild()")
+
+    # Whether this object's rebuild (or compaction) was swapped in: after that an
+    # interruption leaves the rebuilt index in place, not the one before.
+    swapped_in: bool = False
+
+    @property
+    def rebuilding(self) -> bool:
+        """Whether writes go to a rebuild not yet swapped in (an interruption drops them)."""
+        return bool(getattr(self, "_rebuilding", False))
 
     def abort_rebuild(self) -> None:  # noqa: B027 - nothing to drop unless rebuilding
         """Drop the fresh index; the current one stays as it was. An exception leaving a

@@ -43,6 +43,8 @@ def info(obj: Context):
             details["questions"] = backend.count()
             details["index_metadata"] = backend.metadata()
             details.update(backend.storage())
+            if hasattr(backend, "ann_status"):  # the embedded backend's nearest-neighbour files
+                details["nearest_search"] = backend.ann_status()
             for found in backend.leftovers():
                 details[f"leftover {found['path']}"] = (
                     f"{found['bytes']:,} bytes left by an interrupted rebuild or compaction; "

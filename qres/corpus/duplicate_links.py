@@ -9,20 +9,23 @@ space-separated), so that search can show the original in the duplicate's place
 (:mod:`qres.ranking.duplicates`). A TSV or JSONL corpus may carry the same two fields itself.
 
 ``qres index Posts.xml`` reads the ``PostLinks.xml`` (or ``.xml.gz``) beside it. The links
-are read whole before the posts (a dict of one entry per duplicate: StackOverflow's million
-duplicates take a few hundred MB), then each question is streamed with its own.
+are read whole before the posts (held as :class:`DuplicateLinks`, about 40 bytes a
+duplicate link; the file's other links and rows are dropped as they are read), then each
+question is streamed with its own.
 """
 
 from __future__ import annotations
 
-import gzip
 import xml.etree.ElementTree as ET
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from qres.corpus.readers import CorpusError, Question
-from qres.corpus.stackexchange import DUPLICATE_DATES, DUPLICATE_OF
+import numpy as np
+
+from qres.corpus.readers import CorpusError, Question, xml_pieces
+from qres.corpus.stackexchange import DUPLICATE_DATES, DUPLICATE_OF, MalformedXML, xml_events
 
 LINK_FILE = "PostLinks.xml"
 DUPLICATE = "3"  # LinkTypeId of "closed as a duplicate of" (1 is "linked")
@@ -32,6 +35,7 @@ INDEX_FLAG = "closed_duplicates"
 
 # A duplicate's originals, oldest link first: [(original id, link CreationDate), ...].
 Links = Mapping[str, list[tuple[str, str]]]
+_DATE_BYTES = 24  # a dump's CreationDate is 23 characters
 
 
 def beside(corpus: str | Path) -> Path | None:
@@ -42,30 +46,117 @@ def beside(corpus: str | Path) -> Path | None:
 
 
 def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
-    """(PostId, RelatedPostId, CreationDate) of each duplicate link, streamed."""
+    """(PostId, RelatedPostId, CreationDate) of each duplicate link, streamed; read as the
+    posts are (:func:`qres.corpus.readers.xml_pieces`): a corrupt gzip stream or one endless
+    attribute is one :class:`CorpusError`."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    root = None
     try:
-        with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as f:
-            for _, row in ET.iterparse(f):
-                if row.tag == "row" and row.get("LinkTypeId") == DUPLICATE:
-                    post, related = row.get("PostId"), row.get("RelatedPostId")
-                    if post and related:
-                        yield post.strip(), related.strip(), (row.get("CreationDate") or "")
-                row.clear()
+        for _, event, row in xml_events(parser, xml_pieces(path)):
+            if event == "start":
+                root = row if root is None else root
+                continue
+            if row.tag != "row":
+                continue
+            if row.get("LinkTypeId") == DUPLICATE:
+                post, related = row.get("PostId"), row.get("RelatedPostId")
+                if post and related:
+                    yield post.strip(), related.strip(), (row.get("CreationDate") or "")
+            if row in root:
+                root.remove(row)  # the rows read are dropped: memory stays constant
+        parser.close()
     except ET.ParseError as err:
         raise CorpusError(path, err.position[0], f"malformed XML ({err})") from None
-    except (OSError, EOFError) as err:
-        raise CorpusError(path, None, f"cannot read the file ({err})") from None
+    except MalformedXML as err:
+        raise CorpusError(path, err.line, str(err)) from None
 
 
-def read(path: str | Path) -> dict[str, list[tuple[str, str]]]:
+def read(path: str | Path) -> DuplicateLinks:
     """Every duplicate of the file's links with its originals, oldest link first."""
-    links: dict[str, list[tuple[str, str]]] = {}
-    for post, original, date in read_links(Path(path)):
-        if original != post and all(o != original for o, _ in links.get(post, ())):
-            links.setdefault(post, []).append((original, date))
-    for originals in links.values():
-        originals.sort(key=lambda link: link[1])
-    return links
+    return DuplicateLinks(read_links(Path(path)))
+
+
+class DuplicateLinks(Mapping):
+    """Each duplicate's originals with the links' dates, oldest link first (a link listed
+    twice kept once, a link to itself dropped), as :data:`Links` reads them.
+
+    Held in three arrays sorted by duplicate, about 40 bytes a link (StackOverflow's million
+    or so duplicate links take ~45 MB, where a dict of lists of tuples takes ~10 times as
+    much); ids that are not whole numbers and over-long dates (no dump has them) are kept in
+    a plain dict beside."""
+
+    def __init__(self, links: Iterable[tuple[str, str, str]]):
+        posts, originals, dates = array("q"), array("q"), bytearray()
+        others: dict[str, list[tuple[str, str]]] = {}
+        for post, original, date in links:
+            if original == post:
+                continue
+            encoded = date.encode()
+            if _number(post) and _number(original) and len(encoded) <= _DATE_BYTES:
+                posts.append(int(post))
+                originals.append(int(original))
+                dates += encoded.ljust(_DATE_BYTES, b"\0")
+            elif all(o != original for o, _ in others.get(post, ())):
+                others.setdefault(post, []).append((original, date))
+        post_of = np.frombuffer(posts, np.int64) if posts else np.zeros(0, np.int64)
+        original_of = np.frombuffer(originals, np.int64) if originals else np.zeros(0, np.int64)
+        date_of = np.frombuffer(dates, f"S{_DATE_BYTES}") if dates else np.zeros(0, "S1")
+        at = np.arange(len(post_of))  # file order: links of the same date keep it
+        # a link listed again (the same duplicate and original) is kept once, its oldest
+        order = np.lexsort((at, date_of, original_of, post_of))
+        post_of, original_of, date_of, at = (a[order] for a in (post_of, original_of, date_of, at))
+        first = np.ones(len(post_of), bool)
+        first[1:] = (post_of[1:] != post_of[:-1]) | (original_of[1:] != original_of[:-1])
+        post_of, original_of, date_of, at = (a[first] for a in (post_of, original_of, date_of, at))
+        order = np.lexsort((at, date_of, post_of))  # by duplicate, oldest first, then as listed
+        self._posts, self._originals = post_of[order], original_of[order]
+        self._dates = date_of[order]
+        for mine in others.values():
+            mine.sort(key=lambda link: link[1])
+        self._others = others
+        self._count = len(np.unique(self._posts)) + sum(
+            1 for post in others if not self._in_arrays(post)
+        )
+
+    def _span(self, post: str) -> tuple[int, int]:
+        if not _number(post):
+            return 0, 0
+        key = int(post)
+        return (
+            int(np.searchsorted(self._posts, key, "left")),
+            int(np.searchsorted(self._posts, key, "right")),
+        )
+
+    def _in_arrays(self, post: str) -> bool:
+        start, end = self._span(post)
+        return end > start
+
+    def __getitem__(self, post: str) -> list[tuple[str, str]]:
+        start, end = self._span(post)
+        mine = [
+            (str(self._originals[i]), self._dates[i].decode()) for i in range(start, end)
+        ] + self._others.get(post, [])
+        if not mine:
+            raise KeyError(post)
+        if start < end and post in self._others:
+            mine.sort(key=lambda link: link[1])
+        return mine
+
+    def __contains__(self, post) -> bool:
+        return isinstance(post, str) and (self._in_arrays(post) or post in self._others)
+
+    def __iter__(self) -> Iterator[str]:
+        for post in np.unique(self._posts):
+            yield str(post)
+        yield from (post for post in self._others if not self._in_arrays(post))
+
+    def __len__(self) -> int:
+        return self._count
+
+
+def _number(text: str) -> bool:
+    """Whether ``text`` is a whole number written as Python writes it (no leading zero)."""
+    return text.isdigit() and text.isascii() and (text[0] != "0" or text == "0")
 
 
 def names_originals(questions: Iterable[Question]) -> bool:

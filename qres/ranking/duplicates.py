@@ -72,6 +72,12 @@ def follow(
 def _landing(qid: str, stored: dict, fetch, before, seen: set[str]) -> list[str]:
     """Where a hit on ``qid`` leads: itself, or the originals it duplicates (transitively)
     that the index holds; none already ``seen``, and all of them seen from now on."""
+    question = stored.get(qid)
+    if question is None or DUPLICATE_OF not in question.extras:  # most hits: no link to read
+        if qid in seen:
+            return []
+        seen.add(qid)
+        return [qid]
     landed, path, todo = [], set(), [qid]
     while todo:
         current = todo.pop(0)

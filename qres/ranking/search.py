@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -327,13 +328,15 @@ class SearchPipeline:
             query_vector = self._query_vectors(text, query_vector)
         stored: dict = {}
         if self.follow_duplicates and only_ids is None:
-            results, stored = self._following_duplicates(text, k, mode, query_vector, links_before)
+            results, stored, found = self._following_duplicates(
+                text, k, mode, query_vector, links_before
+            )
         else:
-            results = self._rank(text, k, mode, only_ids, query_vector)
+            results, found = self._ranked(text, k, mode, only_ids, query_vector)
         if not with_text or not results:
             return results
         missing = [r.id for r in results if r.id not in stored]
-        stored = {**stored, **(self.backend.fetch(missing) if missing else {})}
+        stored = {**stored, **found.stored(missing, self.backend.fetch)}
         shown = []
         for r in results:
             q = stored.get(r.id)
@@ -350,14 +353,17 @@ class SearchPipeline:
         return shown
 
     def _following_duplicates(self, text, k, mode, query_vector, links_before):
-        """The top ``k`` once closed duplicates gave way to their originals, and the
-        questions read to know it; ranks deeper while duplicates leave fewer than ``k``."""
+        """The top ``k`` once closed duplicates gave way to their originals, the questions
+        read to know it, and the candidates ranked; ranks deeper while duplicates leave fewer
+        than ``k``."""
         depth = 2 * k  # ids are cheap to read; stored questions are read only as needed
         while True:
-            ranked = self._rank(text, k, mode, None, query_vector, depth)
-            shown, stored = duplicates.follow(ranked, self.backend.fetch, k, links_before)
+            ranked, found = self._ranked(text, k, mode, None, query_vector, depth)
+            # the ranked questions are read where the search found them, others by id
+            fetch = partial(found.stored, fetch=self.backend.fetch)
+            shown, stored = duplicates.follow(ranked, fetch, k, links_before)
             if len(shown) >= k or len(ranked) < depth:
-                return shown, stored
+                return shown, stored, found
             depth *= 2
 
     def _query_vectors(self, text, query_vector):
@@ -374,9 +380,10 @@ class SearchPipeline:
             query_vector = {self.encoder.fingerprint: query_vector}
         return query_vector
 
-    def _rank(self, text, k, mode, only_ids, query_vector, depth=None) -> list[Result]:
-        """The first ``depth`` (default ``k``) of the ranking a top ``k`` is cut from: the
-        candidates to rescore are those of a top ``k`` whatever the depth."""
+    def _ranked(self, text, k, mode, only_ids, query_vector, depth=None):
+        """The first ``depth`` (default ``k``) of the ranking a top ``k`` is cut from, and the
+        candidates ranked (which read the results' stored questions cheaply): the candidates
+        to rescore are those of a top ``k`` whatever the depth."""
         depth = depth or k
         mode = mode or self.mode
         if mode not in MODES:
@@ -393,13 +400,13 @@ class SearchPipeline:
                 top = range(min(depth, len(found)))
                 scores = [float(found.scores[i]) for i in top]
                 ids = found.ids(top)
-                return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)]
+                return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)], found
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         several = len(self.encoders) > 1
         query_vector = self._query_vectors(text, query_vector)
         found = self.candidate_set(text, window, query_vector, only_ids)
         if not len(found):
-            return []
+            return [], found
         bm25 = found.scores.astype(np.float32)
         cosine, has_vector = found.cosine, found.has_vector
         cosines = [found.cosines[e.fingerprint] for e in self.encoders] if several else [cosine]
@@ -411,7 +418,7 @@ class SearchPipeline:
         position = np.arange(len(found))
         order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:depth]
         fallback = normalize_bm25(bm25)
-        return [
+        ranked = [
             Result(
                 qid,
                 float(score[i]) if has_vector[i] else float(fallback[i]),
@@ -421,6 +428,7 @@ class SearchPipeline:
             )
             for qid, i in zip(found.ids(order), order, strict=True)
         ]
+        return ranked, found
 
     def candidate_set(
         self, text: str, window: int, query_vector, only_ids: Sequence[str] | None = None

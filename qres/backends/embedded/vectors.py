@@ -51,6 +51,32 @@ def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return shifted.astype(np.uint8), scales.astype(np.float32)
 
 
+class Snapshot:
+    """One generation of an index as reads see it: its tantivy index and what reads learn
+    from it. Reopening the index (after a swap) replaces the whole object, never its parts,
+    so a read that began on one generation uses that generation's objects only, and what it
+    learns is never kept for another (a nearest search's slots and their ids, say)."""
+
+    def __init__(self, index: tantivy.Index | None = None):
+        self.index = index
+        self.vectors: dict[int, np.ndarray] = {}  # read-only memory maps, replaced as files grow
+        # nearest()'s int8 copies of the vector files and each row's scale (rows are only
+        # ever appended, so a copy grows by the new rows)
+        self.scan_vectors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # nearest()'s live rows (keyed by what tells they changed) and the id at each row
+        self.live_slots: tuple[tuple, np.ndarray] | None = None
+        self.id_at_slot: dict[int, str] = {}
+        self.slot_of: dict[str, int] = {}  # vectors()'s slot of each id, until the next commit
+        # nearest()'s ANN files by model (qres.backends.embedded.ann): (its path, its stat,
+        # the open file or None), the live rows past what they cover (keyed as live_slots is)
+        # and those rows' int8 copies (first row, rows, scales)
+        self.ann: dict[int, tuple] = {}
+        self.tail_slots: tuple[tuple, np.ndarray] | None = None
+        self.tail_scan: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
+        # stored questions read for search results, by slot (a slot's document never changes)
+        self.stored_at_slot: dict = {}
+
+
 class VectorFiles:
     """The vector files of :class:`~qres.backends.embedded.EmbeddedBackend` (mixed into it):
     one per model, row ``slot`` of each holding the vector of the document with that slot."""
@@ -149,19 +175,24 @@ class VectorFiles:
             self._model_number(unknown[0])  # raises, naming it
         return [np.asarray(vectors[m]) for m in models]
 
-    def _vector_rows(self, needed: int, model: int = 0) -> np.ndarray:
-        store = self._vectors.get(model)
+    def _vector_rows(
+        self, needed: int, model: int = 0, snapshot: Snapshot | None = None
+    ) -> np.ndarray:
+        snapshot = snapshot or self._snapshot
+        store = snapshot.vectors.get(model)
         if store is None or len(store) < needed:
             path = self._vector_file(model)
+            if needed and not path.exists():  # documents point at its rows: a swap, or damage
+                raise BackendError(f"{path} is missing: re-index with `qres index --rebuild`")
             size = path.stat().st_size if path.exists() else 0
             rows = size // self._row_bytes(model)
             dim = int(self._dim(model))
-            store = (
-                np.memmap(path, self._dtype, "r", shape=(rows, dim))
+            store = (  # a plain array over the map: numpy's memmap class slows every read
+                np.memmap(path, self._dtype, "r", shape=(rows, dim)).view(np.ndarray)
                 if rows
                 else np.zeros((0, dim), self._dtype)
             )
-            self._vectors = {**self._vectors, model: store}  # replaced, never changed in place
+            snapshot.vectors = {**snapshot.vectors, model: store}  # replaced, never changed
         return store
 
     def vectors(
@@ -173,20 +204,24 @@ class VectorFiles:
 
     def _read_vectors(self, ids: Sequence[str], model: str | None) -> tuple[np.ndarray, np.ndarray]:
         number = 0 if model is None else self._model_number(model)
-        unknown = [q for q in ids if q not in self._slot_of]
+        snapshot = self._snapshot
+        slot_of = snapshot.slot_of  # taken before the documents: a commit replaces it
+        unknown = [q for q in ids if q not in slot_of]
         if unknown:
-            docs = self._docs(unknown)
-            self._slot_of.update({q: doc["slot"][0] for q, doc in docs.items()})
-        return self._vectors_at([self._slot_of.get(q, -1) for q in ids], number)
+            docs = self._docs(unknown, snapshot)
+            slot_of.update({q: doc["slot"][0] for q, doc in docs.items()})
+        return self._vectors_at([slot_of.get(q, -1) for q in ids], number, snapshot)
 
-    def _vectors_at(self, slots: Sequence[int], model: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def _vectors_at(
+        self, slots: Sequence[int], model: int = 0, snapshot: Snapshot | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``slots`` of a model's vector file (slot -1: none) and the mask of those
         present."""
         dim = self._dim(model)
         if dim is None:
             return np.zeros((len(slots), 0), np.float32), np.zeros(len(slots), bool)
         slots = np.asarray(slots, np.int64)
-        store = self._vector_rows(int(slots.max(initial=-1)) + 1, model)
+        store = self._vector_rows(int(slots.max(initial=-1)) + 1, model, snapshot)
         have = (slots >= 0) & (slots < len(store))
         out = np.zeros((len(slots), dim), np.float32)
         out[have] = store[slots[have]]
@@ -195,22 +230,35 @@ class VectorFiles:
     supports_nearest = True
 
     def nearest(self, query_vector: np.ndarray, k: int, model: str | None = None) -> list[Hit]:
-        """The ``k`` live rows nearest to the query by cosine, in two steps: an int8 scan of
-        every stored row (an in-memory copy quantised per row, 1 byte x dims per row) picks
-        the best ``max(2k, k + 64)``, then those are ranked by the cosine of their stored
-        vectors. Only the rows live documents point to are ranked. A row the scan misplaces
-        by more than k places is missed; its error is at most ~1/127 of the largest component
-        per term."""
+        """The ``k`` live rows nearest to the query by cosine. Where the vector file has an
+        ANN file (:mod:`~qres.backends.embedded.ann`: an index of at least ``ann.MIN_ROWS``
+        questions), its graph gives the candidates of the rows it covers and an exact scan
+        those of the rows written since; else (:meth:`nearest_exact`) an int8 scan of every
+        stored row (an in-memory copy quantised per row, 1 byte x dims per row) picks the
+        best ``max(2k, k + 64)``. Either way the candidates are ranked by the cosine of their
+        stored vectors, and only rows live documents point to are ranked. A row the scan
+        misplaces by more than k places is missed; its error is at most ~1/127 of the largest
+        component per term."""
         return self._consistent(lambda: self._nearest(query_vector, k, model))
 
-    def _nearest(self, query_vector, k: int, model: str | None) -> list[Hit]:
+    def nearest_exact(self, query_vector, k: int, model: str | None = None) -> list[Hit]:
+        """:meth:`nearest` by a scan of every row, whether or not there is an ANN file."""
+        return self._consistent(lambda: self._nearest(query_vector, k, model, exact=True))
+
+    def _nearest(self, query_vector, k: int, model: str | None, exact: bool = False) -> list[Hit]:
         number = 0 if model is None else self._model_number(model)
         if k <= 0 or self._dim(number) is None:
             return []
-        slots = self._live_rows(self._index.searcher())
+        snapshot = self._snapshot  # one generation's slots, ids and rows throughout
+        ann = None if exact else self._ann_file(number, snapshot)
+        if ann is not None:
+            hits = self._nearest_ann(ann, query_vector, k, number, snapshot)
+            if hits is not None:
+                return hits
+        slots = self._live_rows(snapshot)
         if not len(slots):
             return []
-        rows, scales = self._scan_rows(int(slots[-1]) + 1, number)
+        rows, scales = self._scan_rows(int(slots[-1]) + 1, number, snapshot)
         slots = slots[slots < len(rows)]
         query = np.asarray(query_vector, np.float32)
         # onnxruntime's MatMulInteger over uint8 rows: ~5x numpy's float32 loop, and 1/4 of
@@ -222,26 +270,27 @@ class VectorFiles:
         shortlist = min(max(_SHORTLIST * k, k + _SHORTLIST_MIN_EXTRA), len(slots))
         if shortlist < len(slots):
             slots = slots[np.argpartition(-approx, shortlist - 1)[:shortlist]]
-        vectors, _ = self._vectors_at(slots, number)
+        vectors, _ = self._vectors_at(slots, number, snapshot)
         scores = vectors @ query
         top = np.lexsort((slots, -scores))[:k]  # best first; ties: oldest row first
-        return [Hit(self._id_at_slot[int(slots[i])], float(scores[i])) for i in top]
+        return [Hit(snapshot.id_at_slot[int(slots[i])], float(scores[i])) for i in top]
 
-    def _live_rows(self, searcher) -> np.ndarray:
+    def _live_rows(self, snapshot: Snapshot) -> np.ndarray:
         """The rows live documents point to, ascending, listed again only when they changed.
 
         Listing them takes ~25 ms at 100,000 questions; the count, sum and maximum of the
         live slots, which tantivy aggregates in ~0.3 ms, tell whether they changed: rows are
         only appended, so any new or replaced vector raises the maximum and any deletion
         lowers the count. A row keeps its question until a rebuild or compaction renumbers
-        the rows, and those reopen the index, which drops this cache (``_close_files``), so
-        the ids of rows already seen are never read again."""
+        the rows, and those reopen the index, which replaces the snapshot holding this cache,
+        so the ids of rows already seen are never read again."""
+        searcher = snapshot.index.searcher()
         with_vector = tantivy.Query.range_query(
             self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
         )
         stats = searcher.aggregate(with_vector, {"slots": {"stats": {"field": "slot"}}})["slots"]
         state = (stats["count"], stats["sum"], stats["max"])
-        cached = self._live_slots
+        cached = snapshot.live_slots
         if cached is not None and cached[0] == state:
             return cached[1]
         if not stats["count"]:
@@ -251,17 +300,19 @@ class VectorFiles:
             addresses = [address for _, address in hits]
             found = searcher.fast_field_values("slot", addresses)
             for slot, address in zip(found, addresses, strict=True):
-                if slot not in self._id_at_slot:
-                    self._id_at_slot[slot] = searcher.doc(address)["id"][0]
+                if slot not in snapshot.id_at_slot:
+                    snapshot.id_at_slot[slot] = searcher.doc(address)["id"][0]
             slots = np.sort(np.asarray(found, np.int64))
-        self._live_slots = (state, slots)
+        snapshot.live_slots = (state, slots)
         return slots
 
-    def _scan_rows(self, needed: int, model: int) -> tuple[np.ndarray, np.ndarray]:
+    def _scan_rows(
+        self, needed: int, model: int, snapshot: Snapshot
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The model's vector rows quantised for nearest() (:func:`quantise_rows`) in memory,
         extended by the rows appended since."""
-        store = self._vector_rows(needed, model)
-        rows, scales = self._scan_vectors.get(
+        store = self._vector_rows(needed, model, snapshot)
+        rows, scales = snapshot.scan_vectors.get(
             model, (np.zeros((0, store.shape[1]), np.uint8), np.zeros(0, np.float32))
         )
         if len(rows) < len(store):
@@ -271,7 +322,7 @@ class VectorFiles:
             ]
             rows = np.concatenate([rows] + [b[0] for b in blocks])
             scales = np.concatenate([scales] + [b[1] for b in blocks])
-            self._scan_vectors = {**self._scan_vectors, model: (rows, scales)}
+            snapshot.scan_vectors = {**snapshot.scan_vectors, model: (rows, scales)}
         return rows, scales
 
     def storage(self) -> dict:
