@@ -9,6 +9,20 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_qres_home(tmp_path_factory):
+    """QRES_HOME is a folder of the test run's own unless a test sets another: no test writes
+    to the user's data directory, and the two processes of ``pytest -n 2`` never share one.
+    The terminal's size is not set either, as in a plain run."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("QRES_HOME", str(tmp_path_factory.mktemp("qres-home")))
+        # pytest-xdist's workers are given COLUMNS=80 and LINES=24: without them the output
+        # checked under -n 2 is the output of a plain run (a pipe: whole lines)
+        patch.delenv("COLUMNS", raising=False)
+        patch.delenv("LINES", raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data from the repository root; a missing copy fails the test, never skips it."""

