@@ -30,6 +30,7 @@ from qres.datasets.benchmarks import dataset_dir, load_semeval
 from qres.training.import_encoder import load_sentence_transformer
 
 SCALE = 20.0
+CHECKPOINT_STEPS = 20  # a run with a checkpoint file saves itself this often
 FORUM_NEGATIVE_POOL = 10  # a forum pair's hard negative is one of BM25's top this many
 DATA_NOTES = {
     "semeval2016": "semeval2016 train (parts 1 and 2); dev not read",
@@ -77,10 +78,13 @@ class ForumTriples:
     def __len__(self) -> int:
         return len(self.pairs)
 
-    def draw(self, rng: random.Random) -> Triples:
+    def draw(self, rng: random.Random, titles: bool = False) -> Triples:
+        """One epoch's triples; with ``titles``, each duplicate asks with its title alone
+        (what a widget sends) rather than its whole text."""
         text = self.questions
+        ask = (lambda q: text[q].title or text[q].text) if titles else (lambda q: text[q].text)
         return [
-            (text[q].text, text[p].text, text[rng.choice(negatives)].text)
+            (ask(q), text[p].text, text[rng.choice(negatives)].text)
             for q, p, negatives in self.pairs
         ]
 
@@ -102,32 +106,69 @@ def finetune(
     log=print,
     dataset: str = "semeval2016",
     hold_out: bool = False,
+    title_epochs: int = 0,
+    checkpoint: Path | None = None,
+    progress=None,
+    low_memory: bool = False,
+    max_tokens: int | None = None,
 ) -> dict:
+    """Fine-tune ``base`` and save it (sentence-transformers) in ``out_dir``.
+
+    ``title_epochs``: a forum's last this many epochs ask with each duplicate's title alone
+    (the other epochs with its whole text), so the model also learns the short queries a
+    widget sends. ``checkpoint``: a file the run is saved to every :data:`CHECKPOINT_STEPS`
+    steps and resumed from (the same batches, in the same order); deleted when done.
+    ``progress(step, steps)`` is called after each step. ``low_memory``: each transformer
+    layer's activations are recomputed in the backward pass rather than kept (gradient
+    checkpointing): a fraction of the memory for about a third more compute. ``max_tokens``:
+    each text is cut to this many tokens while training (the model still reads its own
+    limit when served): attention's cost grows with the square of the length."""
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     model = load_sentence_transformer(base).to(device)
+    if max_tokens is not None:  # trained on shorter texts than it reads when served
+        model.max_seq_length = min(max_tokens, model.max_seq_length)
+    if low_memory:
+        _checkpoint_layers(model)
     rng = random.Random(seed)
     forum_run = dataset == "stackexchange"
     if forum_run:
         forum = ForumTriples(data_dir, hold_out)
-        draw = forum.draw
+        first_title_epoch = epochs - title_epochs
+        draw = lambda rng, epoch: forum.draw(rng, titles=epoch >= first_title_epoch)  # noqa: E731
     else:
         triples = training_triples(data_dir, seed)
-        draw = lambda _rng: list(triples)  # noqa: E731
-    n_pairs = len(draw(random.Random(seed)))
-    steps = epochs * ((n_pairs + batch_size - 1) // batch_size)
+        draw = lambda _rng, _epoch: list(triples)  # noqa: E731
+    n_pairs = len(draw(random.Random(seed), 0))
+    per_epoch = (n_pairs + batch_size - 1) // batch_size
+    steps = epochs * per_epoch
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     warmup = max(1, steps // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
     )
-    started, step, losses = time.perf_counter(), 0, []
+    step, losses, spent = 0, [], 0.0
+    if checkpoint is not None and checkpoint.is_file():
+        saved = torch.load(checkpoint, map_location=device, weights_only=False)
+        settings = (saved["steps"], saved["pairs"], saved.get("max_tokens"))
+        if settings != (steps, n_pairs, model.max_seq_length):
+            raise ValueError(f"{checkpoint}: saved by another run (other data or settings)")
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        torch.set_rng_state(saved["torch_rng"])
+        step, losses, spent = saved["step"], saved["losses"], saved["seconds"]
+        rng.setstate(saved["draw_state"])  # what the epoch under way was drawn with
+        log(f"resumed at step {step}/{steps}")
+    started = time.perf_counter() - spent
     model.train()
-    for epoch in range(epochs):
-        triples = draw(rng)
+    for epoch in range(step // per_epoch, epochs):
+        drawn_with = rng.getstate()  # a run resumed in this epoch draws it again from here
+        triples = draw(rng, epoch)
         rng.shuffle(triples)
-        for start in range(0, len(triples), batch_size):
+        done_here = step - epoch * per_epoch  # batches of this epoch a resumed run has done
+        for start in range(done_here * batch_size, len(triples), batch_size):
             batch = triples[start : start + batch_size]
             texts = [t for triple in batch for t in triple]
             features = _preprocess(model, texts)
@@ -148,10 +189,30 @@ def finetune(
             schedule.step()
             losses.append(loss.item())
             step += 1
+            if progress is not None:
+                progress(step, steps)
             if step % 10 == 0 or step == steps:
                 recent = sum(losses[-10:]) / len(losses[-10:])
                 elapsed = time.perf_counter() - started
                 log(f"epoch {epoch + 1} step {step}/{steps} loss {recent:.4f} {elapsed:.0f}s")
+            if checkpoint is not None and step % CHECKPOINT_STEPS == 0 and step < steps:
+                _save_checkpoint(
+                    checkpoint,
+                    {
+                        "steps": steps,
+                        "pairs": n_pairs,
+                        "max_tokens": model.max_seq_length,
+                        "step": step,
+                        "losses": losses,
+                        "seconds": time.perf_counter() - started,
+                        # a finished epoch: the next one is drawn from the state now
+                        "draw_state": rng.getstate() if step % per_epoch == 0 else drawn_with,
+                        "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "schedule": schedule.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                    },
+                )
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir))
@@ -161,17 +222,40 @@ def finetune(
         + (f"; its newest {forum.held_out} queries held out" if forum_run and hold_out else ""),
         "pairs": n_pairs,
         "epochs": epochs,
+        "title_epochs": title_epochs if forum_run else 0,
         "lr": lr,
         "batch_size": batch_size,
         "loss": "in-batch softmax (scale 20) with one hard negative per pair"
         + (f" (one of BM25's top {FORUM_NEGATIVE_POOL}, drawn per epoch)" if forum_run else ""),
         "seed": seed,
+        "max_tokens": model.max_seq_length,
         "device": device,
         "seconds": round(time.perf_counter() - started, 1),
         "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:])),
     }
     (out_dir / "qres_finetune.json").write_text(json.dumps(record, indent=2))
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
     return record
+
+
+def _checkpoint_layers(model) -> None:
+    """Gradient checkpointing in the model's Hugging Face transformer, where it has one."""
+    transformer = getattr(model[0], "auto_model", None)
+    newer = getattr(transformer, "activation_checkpointing_enable", None)  # transformers 5.x
+    if newer is not None:
+        newer(activation_checkpointing_kwargs={"use_reentrant": False})
+    elif hasattr(transformer, "gradient_checkpointing_enable"):
+        transformer.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """Written beside, then renamed: a run killed while saving keeps the previous one."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
 
 
 def _preprocess(model, texts):

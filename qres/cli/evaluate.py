@@ -87,6 +87,16 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
     "that was closed as a duplicate before the query was gives way to its original, as "
     "`qres search` does; --no-links ranks on the text alone.  [default: --links]",
 )
+@click.option(
+    "--query",
+    "query",
+    default="question",
+    show_default=True,
+    metavar="FORM",
+    help="What each query searches with: question (its title and body), title (its title "
+    "alone), or title-words:N (the title's first N words: what a widget has while a title "
+    "is being typed).",
+)
 @click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
 @click.option(
     "--save-run",
@@ -114,6 +124,7 @@ def evaluate(
     corpus,
     accuracy_at,
     links,
+    query,
     per_query,
     save_run,
     compare,
@@ -129,10 +140,13 @@ def evaluate(
                  body) with dev|test.pos.txt and .neg.txt ("query_id candidate_id"
                  lines). Adds AUC(0.05) over all labelled pairs; MAP and the rest
                  rank each query's labelled candidates.
-    stackexchange  DIR/Posts.xml, PostLinks.xml: each duplicate searches the forum; R@1/10/100,
-                 MRR@10, nDCG@10; --split all, train (oldest 80%), test (newest 20%).
+    stackexchange  DIR/Posts.xml, PostLinks.xml: each duplicate searches the
+                 forum; R@1/10/100, MRR@10, nDCG@10; --split all, train (oldest
+                 80%), test (newest 20%).
                  A question found that the forum closed as a duplicate before the
                  query was gives way to its original (--no-links: text alone).
+    --query title (or title-words:N) searches with each query's title (or its
+    first N words) instead of the whole question: what a widget sends.
     The qres rankers run the production search path (each query's candidates only,
     or the whole forum), over an evaluation index kept under $QRES_HOME/eval.
     --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
@@ -162,6 +176,8 @@ def evaluate(
       qres evaluate --dataset stackexchange --split test --ranker bm25 --ranker hybrid \\
           --model-set default --compare
       qres evaluate --dataset stackexchange --split test --model-set fast --no-links
+      qres evaluate --dataset stackexchange --split test --model-set fast --query title
+      qres evaluate --dataset stackexchange --split test --ranker bm25 --query title-words:4
     """
     from qres.evaluation import runner as ev
     from qres.evaluation.rankers import open_eval_index
@@ -169,7 +185,7 @@ def evaluate(
     models = _with_model_set(model_set, models)
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
-        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links)
+        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
     if benchmark.with_links:
@@ -178,6 +194,8 @@ def evaluate(
             "gives way to its original (--no-links: the text alone)",
             highlight=False,
         )
+    if benchmark.query_form != "question":
+        console.print(f"queries: {benchmark.query_form} (--query)", highlight=False)
     if compare and len(rankers) != 2:
         raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
     evaluations = ev.evaluate_rankers(

@@ -31,6 +31,7 @@ from qres.encoders.card import (
     CARD_FILE,
     EncoderError,
     card_fingerprint,
+    check_file_name,
     graph_files,
     read_card,
     vocab_file,
@@ -141,6 +142,7 @@ def _verified(model_dir: Path, listed) -> dict[str, str]:
     ):
         raise EncoderError(f"{card_path}: not a valid model card (bad 'files' manifest)")
     for name, entry in listed.items():
+        check_file_name(card_path, name)
         path = model_dir / name
         if not path.is_file():
             raise EncoderError(f"{path}: model file not found")

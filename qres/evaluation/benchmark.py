@@ -49,6 +49,7 @@ class Benchmark:
     whole_forum: bool = False  # each query ranks the whole corpus (stackexchange)
     # A forum indexed with its duplicate links: a closed duplicate found leads to its original.
     with_links: bool = False
+    query_form: str = "question"  # what each query searches with (qres.evaluation.query_form)
 
 
 class SetupError(ValueError):

@@ -92,10 +92,11 @@ def candidate_lists(
     return lists
 
 
-def train_split(data_dir: Path | None, held_out: bool = False) -> Benchmark:
+def train_split(data_dir: Path | None, held_out: bool = False, links: bool = True) -> Benchmark:
     """The forum's train split (``held_out``: its newest tenth, which ``qres train
-    --hold-out`` kept from the encoder)."""
-    benchmark = load_benchmark("stackexchange", SPLIT, data_dir)
+    --hold-out`` kept from the encoder; ``links``: its evaluation index holds the duplicate
+    links, which the candidates do not depend on)."""
+    benchmark = load_benchmark("stackexchange", SPLIT, data_dir, links=links)
     if held_out:
         benchmark.queries = benchmark.queries[held_out_cut(len(benchmark.queries)) :]
     return benchmark
@@ -127,11 +128,12 @@ def tune(
     dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
     names: Sequence[str] | None = None,
     held_out: bool = False,
+    links: bool = True,
 ) -> tuple[dict, Fusion]:
     """Cross-validate the fusions over the forum's train split (``held_out``: over its
     newest tenth only, the queries ``qres train --hold-out`` kept from the encoder); (the
     comparison of :func:`compare_fusions`, the chosen fusion refitted on all those queries)."""
-    benchmark = train_split(data_dir, held_out)
+    benchmark = train_split(data_dir, held_out, links)
     if len(benchmark.queries) < folds:
         raise ValueError(
             f"{len(benchmark.queries)} queries cannot be cross-validated in {folds} folds"

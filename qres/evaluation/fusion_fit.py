@@ -202,15 +202,19 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, see
     return float(diff.mean()), float(low), float(high)
 
 
-def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[CandidateList]:
+def semeval_candidate_lists(
+    data_dir, splits: Sequence[str], models, query: str = "question"
+) -> list[CandidateList]:
     """BM25 and each model's cosine for every candidate of the SemEval ``splits`` queries.
 
     ``models``: (backend, encoder) pairs, each backend an evaluation index of every SemEval
     related question with that encoder's vectors (filled here if empty or stale). Queries
-    are encoded whole (title and body), as ``qres evaluate`` does; BM25 comes from the
-    first backend's restricted search, as in the production pipeline.
+    are encoded whole (title and body), as ``qres evaluate`` does, or in the ``query`` form
+    of :mod:`qres.evaluation.query_form`; BM25 comes from the first backend's restricted
+    search, as in the production pipeline.
     """
     from qres.datasets.benchmarks import dataset_dir, load_semeval, semeval_questions
+    from qres.evaluation import query_form
     from qres.evaluation.rankers import ensure_index
 
     folder = dataset_dir("semeval2016", data_dir)
@@ -219,12 +223,11 @@ def semeval_candidate_lists(data_dir, splits: Sequence[str], models) -> list[Can
     lists = []
     for split in splits:
         queries = load_semeval(folder, split).queries
-        query_vectors = [
-            encoder.encode_questions([q.question for q in queries]) for _, encoder in models
-        ]
+        asked = [query_form.apply(q.question, query) for q in queries]
+        query_vectors = [encoder.encode_questions(asked) for _, encoder in models]
         first = models[0][0]
         for i, q in enumerate(queries):
-            hits = first.search(q.question.text, len(q.candidates), only_ids=q.candidates)
+            hits = first.search(asked[i].text, len(q.candidates), only_ids=q.candidates)
             ids = [h.id for h in hits]
             bm25 = np.array([h.score for h in hits], dtype=np.float64)
             cosines = []

@@ -54,8 +54,8 @@ from qres.datasets.benchmarks import (
     semeval_questions,
 )
 from qres.encoders.bowcnn_scorer import BowCnnScorer, is_bowcnn_model
+from qres.evaluation import query_form, significance
 from qres.evaluation import ranking_metrics as metrics
-from qres.evaluation import significance
 from qres.evaluation.benchmark import Benchmark, Evaluation, SetupError
 from qres.evaluation.forum import FORUM_COLUMNS, FORUM_DEPTH, load_forum, score_forum  # noqa: F401
 from qres.evaluation.rankers import make_ranker
@@ -232,9 +232,11 @@ def load_benchmark(
     data_dir: Path | None = None,
     corpus: Path | None = None,
     links: bool = True,
+    query: str = query_form.DEFAULT,
 ) -> Benchmark:
     """``split`` of ``dataset`` (one of ``DATASETS``) from ``data_dir`` (the layout's root;
-    for android the folder of its files).
+    for android the folder of its files), each query searching in the form ``query``
+    (:mod:`qres.evaluation.query_form`).
 
     * semeval2016 — queries without a relevant candidate count with AP 0; Acc@k ranks every
       related question of the train and dev files;
@@ -245,6 +247,23 @@ def load_benchmark(
     * stackexchange — the whole forum is indexed, with its duplicate links unless ``links``
       is False (:mod:`qres.evaluation.forum`).
     """
+    try:
+        query = query_form.check(query)
+    except ValueError as err:
+        raise SetupError("--query", str(err)) from None
+    benchmark = _load_benchmark(dataset, split, data_dir, corpus, links)
+    if query == query_form.DEFAULT:
+        return benchmark
+    if benchmark.missing_texts:
+        raise SetupError("--query", f"--query {query} needs the question texts: pass --corpus")
+    queries = [
+        replace(q, question=query_form.apply(_query_question(q, benchmark.texts), query))
+        for q in benchmark.queries
+    ]
+    return replace(benchmark, queries=queries, query_form=query)
+
+
+def _load_benchmark(dataset, split, data_dir, corpus, links) -> Benchmark:
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r} (one of {', '.join(DATASETS)})")
     split = default_split(dataset, split)

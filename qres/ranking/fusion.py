@@ -134,10 +134,13 @@ class Fusion:
 
     @classmethod
     def for_model(cls, model) -> Fusion:
-        """The fusion of an opened :class:`qres.encoders.manifest.Model`; :data:`DEFAULT` if it has
-        none."""
+        """The fusion of an opened :class:`qres.encoders.manifest.Model`: its own
+        ``fusion.json``; else, for a model set's member, the fusion shipped for that set
+        (:func:`shipped_fusion_for`); else :data:`DEFAULT`."""
         path = model.component("fusion")
-        return DEFAULT if path is None else cls(**json.loads(path.read_text()))
+        if path is not None:
+            return cls(**json.loads(path.read_text()))
+        return shipped_fusion_for([model.card["fingerprint"]]) or DEFAULT
 
 
 # Equal say for the two signals, until `qres tune-fusion` has measured better.
@@ -184,9 +187,9 @@ def default_set_fusion() -> Fusion:
 def shipped_fusion_for(fingerprints) -> Fusion | None:
     """The fusion shipped for a model set (:mod:`qres.encoders.model_set`) that fuses exactly
     the models ``fingerprints``, else None."""
-    from qres.encoders.model_set import SETS, fusion_file
+    from qres.encoders.model_set import fusion_file, names
 
-    for name in SETS:
+    for name in names():
         path = fusion_file(name)
         if path.is_file():
             shipped = Fusion.read(path)

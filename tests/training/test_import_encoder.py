@@ -33,12 +33,16 @@ SOURCE = minilm.get_model_path()
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    """`qres import-encoder minilm`, written where it goes by default: $QRES_HOME/models."""
+    """`qres import-encoder minilm`: the minilm model set, built where it goes by default
+    ($QRES_HOME/models), once."""
     home = tmp_path_factory.mktemp("home")
     result = CliRunner().invoke(import_encoder, ["minilm"], env={"QRES_HOME": str(home)})
     assert result.exit_code == 0, result.output
     out = home / "models" / "minilm"
-    assert result.output.startswith(f"wrote {out}: bert dim 384")
+    assert result.output.splitlines()[0] == f"minilm: built in {out}"
+    assert "next: qres index CORPUS --model-set minilm" in result.output
+    again = CliRunner().invoke(import_encoder, ["minilm"], env={"QRES_HOME": str(home)})
+    assert again.output.splitlines()[0] == f"minilm: present in {out}"
     card = json.loads((out / "model.json").read_text())
     return out, card, load_sentence_transformer(SOURCE)
 

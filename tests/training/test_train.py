@@ -124,21 +124,21 @@ def test_a_separable_toy_set_is_ranked_perfectly_after_training(tmp_path):
 
 
 def test_a_fixed_seed_reproduces_the_losses_and_another_seed_does_not(tmp_path):
-    config = tiny_config(encoder="rcnn", hidden=8, dropout=0.2)
+    config = tiny_config(encoder="rcnn", hidden=8, dropout=0.2, epochs=1)  # 3 runs: one epoch
     first = train(config, tmp_path / "a", show_progress=False)["history"]
     second = train(config, tmp_path / "b", show_progress=False)["history"]
     assert [r["loss"] for r in first] == [r["loss"] for r in second]
     assert [r["MAP"] for r in first] == [r["MAP"] for r in second]
-    other = tiny_config(encoder="rcnn", hidden=8, dropout=0.2, seed=1)
+    other = tiny_config(encoder="rcnn", hidden=8, dropout=0.2, epochs=1, seed=1)
     third = train(other, tmp_path / "c", show_progress=False)["history"]
     assert [r["loss"] for r in third] != [r["loss"] for r in first]
 
 
 def test_resuming_continues_exactly_where_the_run_stopped(tmp_path):
-    straight = train(tiny_config(epochs=3), tmp_path / "straight", show_progress=False)
+    straight = train(tiny_config(epochs=2), tmp_path / "straight", show_progress=False)
     train(tiny_config(epochs=1), tmp_path / "resumed", show_progress=False)
-    resumed = train(tiny_config(epochs=3), tmp_path / "resumed", resume=True, show_progress=False)
-    assert [r["epoch"] for r in resumed["history"]] == [1, 2, 3]
+    resumed = train(tiny_config(epochs=2), tmp_path / "resumed", resume=True, show_progress=False)
+    assert [r["epoch"] for r in resumed["history"]] == [1, 2]
     for a, b in zip(straight["history"], resumed["history"], strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
         assert a["MAP"] == pytest.approx(b["MAP"], abs=1e-6)

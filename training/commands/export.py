@@ -17,9 +17,10 @@ Example:
   qres export-onnx runs/rcnn-semeval --out models/rcnn-semeval
 
 \b
-Writes model.onnx (token_ids int64 [batch, length], mask float32 [batch, length]
--> vector float32 [batch, dim], L2-normalised), vocab.txt and model.json (the model
-card with the fingerprint), after checking onnxruntime against torch.""",
+Writes model.onnx (token_ids int64 [batch, length], mask float32
+[batch, length] -> vector float32 [batch, dim], L2-normalised), vocab.txt and
+model.json (the model card with the fingerprint), after checking onnxruntime
+against torch.""",
 )
 @click.argument("run_dir", type=click.Path(exists=True, path_type=Path))
 @click.option(

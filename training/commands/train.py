@@ -30,7 +30,8 @@ Example:
 
 \b
 The run directory keeps run.json (settings, per-epoch dev metrics), vocab.txt,
-last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx uses)."""
+last.pt (for --resume) and best.pt (the best dev epoch, which export-onnx
+uses)."""
 )
 @click.option(
     "--dataset",

@@ -1,0 +1,132 @@
+"""The travel forum's test split searched as a widget does (a title, or its first words) and
+as every earlier figure did (the whole question), by each model set, as JSON.
+
+    python benchmarks/query_forms.py [--sets bm25,minilm,fast] [--baseline-python PYTHON]
+
+Each cell is ``qres evaluate --dataset stackexchange --split test --query FORM`` (text alone
+with ``--no-links``, and with the forum's duplicate links followed as ``qres search`` does),
+run as a user runs it; the evaluation indexes are the ones ``qres evaluate`` keeps, so a
+second run only searches. nDCG@10 and R@100 per cell, and for every set the paired bootstrap
+95% interval of its nDCG@10 difference (:mod:`qres.evaluation.significance`) against BM25 and
+against ``baseline``: the former README path, ``--model-set fast`` as it was (the shipped GRU
+and MiniLM int8 on 64 tokens, its pairwise fusion), run by ``--baseline-python``, a Python
+whose ``qres`` is the former one (e.g. a venv with a .pth naming a ``git worktree`` of
+edc28f8 given ``--query``, then this venv's site-packages), with its own evaluation indexes
+under ``$QRES_HOME/before`` (the models shared), over the same 216 queries. Needs the sets
+built and the shared data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from search_latency import machine  # noqa: E402
+
+from qres import paths  # noqa: E402
+from qres.datasets.benchmarks import default_data_dir  # noqa: E402
+from qres.evaluation.significance import compare  # noqa: E402
+
+FORMS = ("question", "title", "title-words:4")
+LINKS = {"text alone": ["--no-links"], "links followed": []}
+
+
+def ranker_args(name: str) -> list[str]:
+    if name == "bm25":
+        return ["--ranker", "bm25"]
+    if name == "baseline":
+        return ["--ranker", "hybrid", "--model-set", "fast"]  # as the former qres defines it
+    return ["--ranker", "hybrid", "--model-set", name]
+
+
+def baseline_env() -> dict:
+    """The environment the former qres runs in: its own evaluation indexes, the same
+    models."""
+    home = Path(os.environ.get("QRES_HOME") or paths.home())
+    before = home / "before"
+    before.mkdir(parents=True, exist_ok=True)
+    if not (before / "models").exists():
+        (before / "models").symlink_to(home / "models")
+    return {**os.environ, "QRES_HOME": str(before)}
+
+
+def evaluate(args: list[str], env: dict | None = None, python: str = sys.executable) -> dict:
+    """``qres evaluate`` run by ``python`` (from a neutral folder, so that its own ``qres`` is
+    the one imported), with every path absolute."""
+    qres = [python, "-c", "from qres.cli import main; main()"]
+    command = [*qres, "--json", "evaluate", "--dataset", "stackexchange", "--split", "test"]
+    done = subprocess.run(
+        [*command, *args, "--per-query"],
+        capture_output=True,
+        text=True,
+        env=env or os.environ,
+        cwd=tempfile.gettempdir(),
+    )
+    if done.returncode != 0:
+        sys.exit(f"qres evaluate {' '.join(args)}: {done.stderr.strip().splitlines()[-1:]}")
+    (evaluation,) = json.loads(done.stdout)
+    return evaluation
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", default="bm25,minilm,fast", help="bm25 and model sets")
+    parser.add_argument("--baseline-python", default=None, help="runs the former qres")
+    parser.add_argument("--forms", default=",".join(FORMS))
+    parser.add_argument("--forum", type=Path, default=None, help="[default: travel]")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args()
+    forum = str((args.forum or default_data_dir() / "stackexchange-travel").resolve())
+    names = args.sets.split(",") + (["baseline"] if args.baseline_python else [])
+    started = time.perf_counter()
+    cells, per_query = {}, {}
+    for form in args.forms.split(","):
+        for links, flags in LINKS.items():
+            for name in names:
+                asked = [*ranker_args(name), "--query", form, *flags, "--data-dir", forum]
+                if name == "baseline":
+                    found = evaluate(asked, baseline_env(), args.baseline_python)
+                else:
+                    found = evaluate(asked)
+                key = f"{name} | {form} | {links}"
+                m = found["metrics"]
+                cells[key] = {"nDCG@10": round(m["nDCG@10"], 2), "R@100": round(m["R@100"], 2)}
+                per_query[key] = {r["query"]: r["nDCG@10"] for r in found["per_query"]}
+                print(key, cells[key], flush=True)
+    for key, row in cells.items():
+        name, form, links = key.split(" | ")
+        for other in ("bm25", "baseline"):
+            against = f"{other} | {form} | {links}"
+            if other == name or against not in per_query:
+                continue
+            c = compare(other, per_query[against], name, per_query[key])
+            row[f"vs {other}"] = {
+                "difference": round(c.difference, 2),
+                "interval": [round(c.ci_low, 2), round(c.ci_high, 2)],
+                "p": round(c.p_value, 4),
+            }
+            if other == "bm25":
+                row["ratio to bm25"] = round(row["nDCG@10"] / cells[against]["nDCG@10"], 3)
+    result = {
+        "benchmark": "query_forms",
+        "split": "test (the newest 216 duplicates of the travel forum, 4,919 questions)",
+        "cells": cells,
+        "seconds": round(time.perf_counter() - started, 1),
+        "machine": machine(),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""What an evaluation query searches with (``qres evaluate --query``).
+
+A benchmark's query is a whole question, title and body, but a forum's ask-a-question widget
+searches with what the user has typed so far: a title, often only its first words. So a
+query can be searched as
+
+* ``question`` — its title and body (the default, every figure before this option);
+* ``title`` — its title alone;
+* ``title-words:N`` — the first N words of its title (N ≥ 1), what the widget has while
+  the title is being typed.
+
+Only the query's text changes: its id, relevant questions and extras (the date it was closed,
+which replays a forum's duplicate links as they stood) stay, and the index is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from qres.corpus.readers import Question
+
+FORMS = ("question", "title", "title-words:N")
+DEFAULT = "question"
+
+
+def check(form: str) -> str:
+    """``form`` if it is one of :data:`FORMS`; else a one-line ValueError saying which are."""
+    if form in ("question", "title"):
+        return form
+    name, _, count = form.partition(":")
+    if name == "title-words" and count.isdigit() and int(count) >= 1:
+        return f"title-words:{int(count)}"
+    raise ValueError(
+        f"unknown query form {form!r}: question, title, or title-words:N (N a whole number "
+        "of words, 1 or more)"
+    )
+
+
+def apply(question: Question, form: str) -> Question:
+    """``question`` as a query of ``form`` (a question without a title keeps its body's words,
+    so that no query is left empty)."""
+    form = check(form)
+    if form == "question":
+        return question
+    title = question.title.strip() or question.body.strip()
+    if form.startswith("title-words:"):
+        title = " ".join(title.split()[: int(form.partition(":")[2])])
+    return replace(question, title=title, body="")

