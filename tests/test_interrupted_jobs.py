@@ -152,6 +152,9 @@ SIGNAL_AT_RENAME = """
 import os, signal, sys
 from qres.cli import main
 
+# Ctrl-C as a terminal delivers it: a test worker may have been left ignoring SIGINT, which a
+# child inherits (Python then installs no KeyboardInterrupt handler)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 signum, which = getattr(signal, sys.argv[1]), int(sys.argv[2])
 real = os.replace
 

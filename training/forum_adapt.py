@@ -26,7 +26,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from qres import paths
@@ -187,8 +187,11 @@ def _fit_fusion(plan, step, log) -> None:
         held_out=True,
         links=False,
     )
+    # named by its model's fingerprint: that is how search finds a set's fusion for an index
+    fusion = replace(fusion, models=[encoder.fingerprint])
     fusion.save_file(plan.staged / "fusion.json")
-    log(f"fusion: {fusion.params} ({result['record']['queries']} held-out queries)")
+    weights = fusion.params or [fusion.bm25, fusion.cosine]
+    log(f"fusion: {fusion.method} {weights} ({result['record']['queries']} held-out queries)")
 
 
 def _publish(plan) -> None:

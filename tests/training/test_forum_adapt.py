@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from qres.cli import cli
 from qres.encoders import model_set
+from qres.ranking.fusion import DEFAULT, Fusion, shipped_fusion_for
 from qres.training import finetune_transformer as ft
 from qres.training import forum_adapt
 
@@ -133,6 +134,9 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     assert set(report["nDCG@10"]) == {"question", "title"} and report["queries"] == 12
     assert "mine" in model_set.names()
     (fingerprint,) = model_set.expected_fingerprints("mine").values()
+    # the fusion it fitted is the one search and evaluation find for its model, not the default
+    fitted = json.loads((target / "fusion.json").read_text())
+    assert shipped_fusion_for([fingerprint]) == Fusion(**fitted) != DEFAULT
 
     # run again: every step is kept, nothing is trained or converted again
     monkeypatch.setattr(ft, "finetune", lambda *a, **k: pytest.fail("trained again"))
