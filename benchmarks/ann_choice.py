@@ -44,6 +44,8 @@ from search_latency import machine, summary  # noqa: E402
 CANDIDATES = {
     # name: (library, settings)
     "usearch-i8-16": ("usearch", {"dtype": "i8", "connectivity": 16}),
+    # what qres builds (qres.backends.embedded.ann.EXPANSION_ADD): half the build beam
+    "usearch-i8-16-add64": ("usearch", {"dtype": "i8", "connectivity": 16, "expansion_add": 64}),
     "usearch-i8-32": ("usearch", {"dtype": "i8", "connectivity": 32}),
     "usearch-i8-scaled-16": ("usearch", {"dtype": "i8", "connectivity": 16, "scaled": True}),
     "usearch-f16-16": ("usearch", {"dtype": "f16", "connectivity": 16}),
@@ -53,7 +55,7 @@ CANDIDATES = {
     "hnswlib-16": ("hnswlib", {"M": 16}),
     "hnswlib-32": ("hnswlib", {"M": 32}),
 }
-EF_CONSTRUCTION = 128
+EF_CONSTRUCTION = 128  # the build beam, unless a candidate sets its own
 
 
 def _memory() -> dict:
@@ -85,7 +87,8 @@ def build(library: str, settings: dict, vectors: np.ndarray, path: Path) -> None
 
         index = Index(
             ndim=dim, metric="cos", dtype=settings["dtype"],
-            connectivity=settings["connectivity"], expansion_add=EF_CONSTRUCTION,
+            connectivity=settings["connectivity"],
+            expansion_add=settings.get("expansion_add", EF_CONSTRUCTION),
         )  # fmt: skip
         if settings.get("scaled"):  # each row to ±1 at its largest component: i8 uses its range
             vectors = vectors / np.abs(vectors).max(axis=1, keepdims=True)

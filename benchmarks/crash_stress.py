@@ -10,10 +10,11 @@ missing), with the same model. ``--work``: the index that is killed (deleted fir
 round starts ``qres index CORPUS`` (which resumes: questions stored as read are skipped) and
 sends it SIGKILL: once it has written a random number of new vector rows (up to twice an even
 share of the clean index's, so kills land while questions are written and the runs make
-progress), or, every third round once one has been seen, while it writes an ANN file (a
-``.ann.tmp`` beside the vector file: a random moment after that file appears). A run that
-ends first is not counted as a kill. After each kill the index is
-opened read-only and must answer a search; after ``--kills`` rounds a last run completes.
+progress), or, every third round once the index has an ANN file (or a kill has seen one
+written), while it writes an ANN file (a ``.ann.tmp`` beside the vector file: a random
+moment after that file appears). A run that ends first is not counted as a kill. After each
+kill the index is opened read-only and must answer a search (a BM25 search for "question"
+returns a hit); after ``--kills`` rounds a last run completes.
 Then ``--queries`` titles of the corpus are searched in both indexes (hybrid, the dense first
 stage through each index's ANN file, and bm25), and the top 10s compared.
 """
@@ -149,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.kills):
             when = "ann" if seen_ann and i % 3 == 2 else "any"
             outcome = killed_run(args.work, args.corpus, args.model, log, when, grow, rng)
-            seen_ann = seen_ann or outcome.get("during_ann_write", False)
+            # once the index has an ANN file, the runs write it again as they go: aim at that
+            seen_ann = (
+                seen_ann or outcome.get("during_ann_write", False) or any(args.work.glob("*.ann"))
+            )
             if (args.work / "meta.json").exists():
                 outcome.update(opens_and_answers(args.work))
             rounds.append(outcome)

@@ -4,7 +4,7 @@ the same index in the same run, with the ANN's recall against the exact scan, as
 
     python benchmarks/nearest_latency.py --docs 10000,100000 [--dim 384] [--queries 200]
     python benchmarks/nearest_latency.py --vectors-from DIR --docs 5000,10000,20000,40000
-    python benchmarks/nearest_latency.py --index-dir DIR [--queries 200]
+    python benchmarks/nearest_latency.py --index-dir DIR [--queries 200] [--beams 200,400]
 
 Three sources of vectors:
 
@@ -14,7 +14,8 @@ Three sources of vectors:
 * ``--vectors-from DIR --docs N,...``: temporary indexes of the first N questions of the index
   at DIR with their real vectors (its first-stage model), an ANN file written whatever the
   size: where nearest() through the graph overtakes the exact scan (``ann.MIN_ROWS``).
-* ``--index-dir DIR``: that index as it is (no copy).
+* ``--index-dir DIR``: that index as it is (no copy); with ``--beams``, timed once per search
+  beam (the candidates taken from the graph, ``ann.beam``'s choice otherwise).
 
 With real vectors the queries are titles of the index's own questions (evenly spread)
 encoded by its model as search encodes them (``--index-dir``, ``--vectors-from``); with
@@ -207,6 +208,18 @@ def _ann_from(rows: int):
         ann.MIN_ROWS = before
 
 
+@contextlib.contextmanager
+def _beam(width: int | None):
+    """The graph's search beam set to ``width`` meanwhile (None: ``ann.beam``'s own)."""
+    before = ann.beam
+    if width is not None:
+        ann.beam = lambda rows, k: max(k, width)
+    try:
+        yield
+    finally:
+        ann.beam = before
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", default="10000,100000", help="comma-separated index sizes")
@@ -215,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--vectors-from", type=Path, help="an index whose real vectors to use")
     parser.add_argument("--index-dir", type=Path, help="time this index as it is")
+    parser.add_argument(
+        "--beams", help="with --index-dir: comma-separated graph beams, each timed in turn"
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.docs.split(",")]
     report: dict = {"benchmark": "nearest_latency", "k": args.k}
@@ -222,9 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         real = RealIndex(args.index_dir, args.queries)
         report["index_dir"] = str(args.index_dir)
         report["model"] = Path(real.encoder.model_dir).name
-        report["results"] = [
-            time_index(real.backend, real.titles, real.query_vectors, args.k, real.model)
-        ]
+        beams = [int(b) for b in args.beams.split(",")] if args.beams else [None]
+        report["results"] = []
+        for width in beams:
+            with _beam(width):
+                result = time_index(
+                    real.backend, real.titles, real.query_vectors, args.k, real.model
+                )
+            rows = result["ann_file_rows"]
+            used = (width or ann.beam(rows, args.k)) if rows else None  # None: no graph
+            report["results"].append({"beam": used, **result})
     elif args.vectors_from:
         real = RealIndex(args.vectors_from, args.queries)
         report["vectors_from"] = str(args.vectors_from)

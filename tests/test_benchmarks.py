@@ -145,6 +145,13 @@ def test_nearest_latency_times_the_graph_on_real_vectors(tmp_path):
     (size,) = result["results"]
     assert size["docs"] == 150 and size["ann_file_rows"] == 150 and size["vectors"] == "real"
     assert 0.9 <= size["recall@10"] <= 1.0 and result["model"] == "default"
+    # the index as it is, once per beam: below ann.MIN_ROWS it has no graph, so no beam
+    result = bench(
+        "nearest_latency.py", "--index-dir", tmp_path / "ix", "--beams", "20,40", "--queries", 10,
+        "--k", 10,
+    )  # fmt: skip
+    assert [r["beam"] for r in result["results"]] == [None, None]
+    assert all(r["recall@10"] == 1.0 for r in result["results"])
 
 
 def test_first_stage_recall_reports_each_stage_on_the_travel_forum(shared_data, tmp_path):

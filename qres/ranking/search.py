@@ -32,7 +32,7 @@ BM25 with every cosine. Dense mode ranks by the mean of the cosines.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -70,6 +70,34 @@ class Result:
     # The closed duplicate whose match put this original here, with its rank and scores
     # (qres.ranking.duplicates); None: the question matched itself.
     via: str | None = field(default=None, compare=False)
+
+
+class _Ranking(Sequence):
+    """The first ``length`` results of a ranking, made as they are first read: a search that
+    follows duplicate links ranks ``2k`` deep in case duplicates give way, but mostly reads
+    only the first ``k`` (each result made costs its id and a :class:`Result`)."""
+
+    def __init__(self, make: Callable[[int, int], list[Result]], length: int):
+        self._make, self._length, self._made = make, length, []
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            self._read_to(stop if step > 0 else self._length)
+            return self._made[index]
+        position = range(self._length)[index]  # IndexError past the end, as a list
+        self._read_to(position + 1)
+        return self._made[position]
+
+    def __iter__(self):
+        return iter(self[:])
+
+    def _read_to(self, stop: int) -> None:
+        if len(self._made) < stop:
+            self._made += self._make(len(self._made), stop)
 
 
 def answer_count(extras: Mapping) -> int | None:
@@ -332,7 +360,8 @@ class SearchPipeline:
                 text, k, mode, query_vector, links_before
             )
         else:
-            results, found = self._ranked(text, k, mode, only_ids, query_vector)
+            ranked, found = self._ranked(text, k, mode, only_ids, query_vector)
+            results = ranked[:]
         if not with_text or not results:
             return results
         missing = [r.id for r in results if r.id not in stored]
@@ -381,9 +410,10 @@ class SearchPipeline:
         return query_vector
 
     def _ranked(self, text, k, mode, only_ids, query_vector, depth=None):
-        """The first ``depth`` (default ``k``) of the ranking a top ``k`` is cut from, and the
-        candidates ranked (which read the results' stored questions cheaply): the candidates
-        to rescore are those of a top ``k`` whatever the depth."""
+        """The first ``depth`` (default ``k``) of the ranking a top ``k`` is cut from (a
+        :class:`_Ranking`: each result made when first read), and the candidates ranked
+        (which read the results' stored questions cheaply): the candidates to rescore are
+        those of a top ``k`` whatever the depth."""
         depth = depth or k
         mode = mode or self.mode
         if mode not in MODES:
@@ -397,16 +427,19 @@ class SearchPipeline:
         if mode == "bm25" or self.encoder is None:
             found = self.backend.candidates(text, window, only_ids=only_ids)
             if mode == "bm25" or not len(found):
-                top = range(min(depth, len(found)))
-                scores = [float(found.scores[i]) for i in top]
-                ids = found.ids(top)
-                return [Result(qid, s, s, None) for qid, s in zip(ids, scores, strict=True)], found
+
+                def bm25_results(start: int, stop: int) -> list[Result]:
+                    scores = found.scores[start:stop].tolist()
+                    ids = found.ids(range(start, stop))
+                    return [Result(i, s, s, None) for i, s in zip(ids, scores, strict=True)]
+
+                return _Ranking(bm25_results, min(depth, len(found))), found
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         several = len(self.encoders) > 1
         query_vector = self._query_vectors(text, query_vector)
         found = self.candidate_set(text, window, query_vector, only_ids)
         if not len(found):
-            return [], found
+            return _Ranking(lambda start, stop: [], 0), found
         bm25 = found.scores.astype(np.float32)
         cosine, has_vector = found.cosine, found.has_vector
         cosines = [found.cosines[e.fingerprint] for e in self.encoders] if several else [cosine]
@@ -418,17 +451,21 @@ class SearchPipeline:
         position = np.arange(len(found))
         order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:depth]
         fallback = normalize_bm25(bm25)
-        ranked = [
-            Result(
-                qid,
-                float(score[i]) if has_vector[i] else float(fallback[i]),
-                float(bm25[i]),
-                float(cosine[i]) if has_vector[i] else None,
-                tuple(float(c[i]) for c in cosines) if several and has_vector[i] else None,
-            )
-            for qid, i in zip(found.ids(order), order, strict=True)
-        ]
-        return ranked, found
+
+        def fused_results(start: int, stop: int) -> list[Result]:
+            rows = order[start:stop]
+            return [
+                Result(
+                    qid,
+                    float(score[i]) if has_vector[i] else float(fallback[i]),
+                    float(bm25[i]),
+                    float(cosine[i]) if has_vector[i] else None,
+                    tuple(float(c[i]) for c in cosines) if several and has_vector[i] else None,
+                )
+                for qid, i in zip(found.ids(rows), rows, strict=True)
+            ]
+
+        return _Ranking(fused_results, len(order)), found
 
     def candidate_set(
         self, text: str, window: int, query_vector, only_ids: Sequence[str] | None = None
