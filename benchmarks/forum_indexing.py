@@ -1,15 +1,15 @@
 """`qres index` of a whole forum, each model choice timed as a user runs it, as JSON.
 
     python benchmarks/forum_indexing.py --corpus ../shared/data/stackexchange-travel/Posts.xml \\
-        [--choice bm25] [--choice gru] [--choice fast] [--choice default] [--runs 3]
+        [--choice bm25] [--choice gru] [--choice minilm] [--choice fast] [--runs 3]
 
 Each run is the command a forum operator types, in a fresh index directory, start-up
 included: ``qres index CORPUS`` plus ``--model qres/models/default`` (gru), ``--model-set
-fast`` or ``--model-set default`` (bm25: no model). Choices run in turn, run by run (A B A B
-...), so drifts of the machine's load hit all alike; the figures are the median over runs of
-wall seconds, questions per second, CPU seconds (user + system of the command and its
-children) and peak RSS (the largest process, as the operating system accounted it). The
-ratios divide each choice's median wall time by the first choice's.
+minilm``, ``--model-set fast`` or ``--model-set default`` (bm25: no model). Choices run in
+turn, run by run (A B A B ...), so drifts of the machine's load hit all alike; the figures
+are the median over runs of wall seconds, questions per second, CPU seconds (user + system of
+the command and its children) and peak RSS (the largest process, as the operating system
+accounted it). The ratios divide each choice's median wall time by the first choice's.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHOICES = {
     "bm25": [],
     "gru": ["--model", str(ROOT / "qres" / "models" / "default")],
+    "minilm": ["--model-set", "minilm"],
     "fast": ["--model-set", "fast"],
     "default": ["--model-set", "default"],
 }

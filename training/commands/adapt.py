@@ -24,8 +24,8 @@ Its duplicate links are split by time: the oldest 80% train (their newest
 tenth held out to fit the fusion), the newest 20% measure before and after.
 Each step is kept as it finishes, and fine-tuning saves a checkpoint every 20
 steps: run the same command again to resume after a crash or Ctrl-C. Needs
-the models extra (torch); a GPU is used when torch sees one. About 20 minutes
-for a forum of 5,000 questions and 1,000 duplicates on 2 CPU cores.""",
+the models extra (torch); a GPU is used when torch sees one. The travel forum
+(4,919 questions, 1,080 duplicates) took 27 minutes and 2.3 GB on 2 CPU cores.""",
 )
 @click.argument("forum", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
