@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from search_latency import machine, summary  # noqa: E402
+from search_latency import machine, summary, timed_in_turn  # noqa: E402
 from synthetic import SyntheticForum  # noqa: E402
 
 from qres.backends import open_backend  # noqa: E402
@@ -107,16 +107,7 @@ def run(args, backend, opened: dict) -> dict:
         engines["bm25_following_links"] = lambda t: shown.search(t, args.k, "bm25", with_text=False)
     engines["hybrid_shown"] = lambda t: shown.search(t, args.k)
     engines["hybrid_shown_keep_duplicates"] = lambda t: kept.search(t, args.k)
-    for search in engines.values():
-        for text in queries[: args.warm_up]:
-            search(text)
-    times: dict[str, list[float]] = {name: [] for name in engines}
-    names = list(engines)
-    for i, text in enumerate(queries):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            start = time.perf_counter()
-            engines[name](text)
-            times[name].append((time.perf_counter() - start) * 1000)
+    times = timed_in_turn(engines, queries, args.warm_up)
     latency = {name: summary(t) for name, t in times.items()}
     base = latency["hybrid_bm25_candidates"]["p50_ms"]
     return {
@@ -132,7 +123,7 @@ def run(args, backend, opened: dict) -> dict:
         "latency": latency,
         **{
             f"{name}_over_bm25_candidates_p50": round(latency[name]["p50_ms"] / base, 3)
-            for name in names
+            for name in latency
             if name != "hybrid_bm25_candidates"
         },
         **(

@@ -187,7 +187,7 @@ def following_links(args, encoder, index_dir: Path) -> dict:
             "bm25_following_links": lambda t: following.search(t, args.k, with_text=False),
             "bm25_keeping_duplicates": lambda t: keeping.search(t, args.k, with_text=False),
         }
-        times = _timed(engines, titles)
+        times = timed_in_turn(engines, titles)
     finally:
         backend.close()
     latency = {name: summary(t) for name, t in times.items()}
@@ -205,7 +205,7 @@ def following_links(args, encoder, index_dir: Path) -> dict:
     }
 
 
-def _timed(engines: dict, queries: list[str], warm_up: int = 50) -> dict[str, list[float]]:
+def timed_in_turn(engines: dict, queries: list[str], warm_up: int = 50) -> dict[str, list[float]]:
     """Each query on every engine in turn, so all see the same load; the engine that goes
     first rotates, so none always pays for bringing the query's data into the CPU caches."""
     for run in engines.values():
@@ -256,7 +256,7 @@ def run(args, backend, encoder, forum, workdir: Path) -> dict:
         engines["bm25s"] = lambda t: other.search(t, args.k)
         if other.fields:
             engines["bm25s_fields"] = lambda t: other.search_fields(t, args.k)
-    times = _timed(engines, queries)
+    times = timed_in_turn(engines, queries)
     latency = {name: summary(t) for name, t in times.items()}
 
     result = {

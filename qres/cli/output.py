@@ -13,6 +13,7 @@ from rich.progress import (
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 # markup=False: user text (titles, server messages like "action [x] is unauthorized") is
@@ -41,15 +42,17 @@ class _Stdout(Console):
 stdout = _Stdout(markup=False)
 
 
-def progress_display() -> Progress:
-    """A progress display on standard error, shown on a terminal only."""
+def progress_display(rate: bool = True, eta: bool = False) -> Progress:
+    """A progress display on standard error, shown on a terminal only: each task's
+    ``rate`` field where ``rate``, the time left where ``eta``."""
     return Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
+        *([TextColumn("{task.fields[rate]}")] if rate else []),
         TimeElapsedColumn(),
+        *([TextColumn("eta"), TimeRemainingColumn()] if eta else []),
         console=console,
         disable=not console.is_terminal,
     )

@@ -13,6 +13,7 @@ from rich.text import Text
 from qres.backends.base import Backend, BackendError
 from qres.cli.group import (
     Context,
+    candidates_option,
     console,
     dense_candidates_option,
     index_fusion_option,
@@ -43,13 +44,7 @@ from qres.cli.group import (
     help="Model directory [default: the one(s) the index was built with].",
 )
 @index_fusion_option(exists=False)
-@click.option(
-    "--candidates",
-    default=100,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="BM25 candidates to rescore.",
-)
+@candidates_option
 @dense_candidates_option
 @click.option("--explain", is_flag=True, help="Show each result's BM25, cosine(s) and fused score.")
 @click.option(

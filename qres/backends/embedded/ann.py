@@ -37,11 +37,9 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from qres.backends.base import Hit
-from qres.backends.embedded.directory import log
+from qres.backends.embedded.directory import fsync_dir, log
 from qres.backends.embedded.documents import id_query
-from qres.backends.embedded.vectors import _int8_dot as int8_dot
-from qres.backends.embedded.vectors import quantise_rows
+from qres.backends.embedded.vectors import int8_shortlist, quantise_rows
 
 SUFFIX = ".ann"
 MAGIC = b"qres-ann"
@@ -244,20 +242,12 @@ def write(
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return live
 
 
 def _aligned(offset: int, to: int = 8) -> int:
     return -(-offset // to) * to
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class AnnFiles:
@@ -290,7 +280,7 @@ class AnnFiles:
         """nearest() with the graph: its candidates still live, and the tail's best by an
         exact int8 scan, all ranked by the stored vectors; None: search exactly instead."""
         searcher = snapshot.index.searcher()
-        tail = self._tail_rows(searcher, ann.rows, snapshot)
+        tail = self._live_rows(snapshot, ann.rows, searcher)
         covered_live = searcher.num_docs - len(tail) - _without_vector(self._schema, searcher)
         query = np.asarray(query_vector, np.float32)
         wanted, count = min(k, covered_live), beam(ann.rows, k)
@@ -308,38 +298,11 @@ class AnnFiles:
             found = np.concatenate([found, self._tail_best(tail, query, k, model, snapshot)])
         if not len(found):
             return []
-        vectors, _ = self._vectors_at(found, model, snapshot)
-        scores = vectors @ query
-        top = np.lexsort((found, -scores))[:k]  # best first; ties: oldest row first
-        return [
-            Hit(ann.id_at(int(found[i])) or snapshot.id_at_slot[int(found[i])], float(scores[i]))
-            for i in top
-        ]
 
-    def _tail_rows(self, searcher, start: int, snapshot) -> np.ndarray:
-        """The rows from ``start`` on that live documents point to, ascending, with their ids
-        in ``snapshot.id_at_slot``; listed again only when their count, sum or maximum
-        changed (as :meth:`_live_rows` does for every row)."""
-        query = tantivy.Query.range_query(
-            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=start
-        )
-        stats = searcher.aggregate(query, {"slots": {"stats": {"field": "slot"}}})["slots"]
-        state = (start, stats["count"], stats["sum"], stats["max"])
-        cached = snapshot.tail_slots
-        if cached is not None and cached[0] == state:
-            return cached[1]
-        slots = np.zeros(0, np.int64)
-        if stats["count"]:
-            hits = searcher.search(query, int(stats["count"]), count=False).hits
-            addresses = [address for _, address in hits]
-            found = searcher.fast_field_values("slot", addresses)
-            known = snapshot.id_at_slot
-            for slot, address in zip(found, addresses, strict=True):
-                if slot not in known:
-                    known[slot] = searcher.doc(address)["id"][0]
-            slots = np.sort(np.asarray(found, np.int64))
-        snapshot.tail_slots = (state, slots)
-        return slots
+        def id_of(row: int) -> str:
+            return ann.id_at(row) or snapshot.id_at_slot[row]
+
+        return self._ranked_rows(found, query, k, model, snapshot, id_of)
 
     def _still_live(self, searcher, rows: np.ndarray, ann: AnnFile) -> np.ndarray:
         """``rows`` (covered by ``ann``) whose question still points to them, in order."""
@@ -362,15 +325,7 @@ class AnnFiles:
             rows = np.concatenate([rows, more])
             scales = np.concatenate([scales, more_scales]).astype(np.float32)
             snapshot.tail_scan = {**snapshot.tail_scan, model: (first, rows, scales)}
-        query_int8, _ = quantise_rows(query[None])
-        query_int8 = (query_int8.astype(np.int16) - 128).astype(np.int8).reshape(-1, 1)
-        dots = int8_dot().run(None, {"rows": rows, "query": query_int8})[0][:, 0]
-        at = tail - first
-        approx = (dots[at] - 128 * int(query_int8.sum())) * scales[at]
-        shortlist = min(max(2 * k, k + 64), len(tail))
-        if shortlist < len(tail):
-            return tail[np.argpartition(-approx, shortlist - 1)[:shortlist]]
-        return tail
+        return tail[int8_shortlist(rows, scales, tail - first, query, k)]
 
     def ann_status(self) -> list[str]:
         """How nearest() searches each model's vectors, in words (``qres info``)."""
@@ -428,7 +383,7 @@ class AnnFiles:
         for model in range(max(len(self.vector_models()), 1)):
             ann = self._ann_file(model, snapshot)
             start = ann.rows if ann is not None else 0
-            tail = self._tail_rows(searcher, start, snapshot)
+            tail = self._live_rows(snapshot, start, searcher)
             if ann is None:
                 if len(tail) >= (MIN_ROWS if settle else 2 * MIN_ROWS):
                     self._write_ann(model, snapshot, tail)

@@ -31,7 +31,7 @@ _INT8_DOT = Path(__file__).with_name("int8_dot.onnx")  # one MatMulInteger: uint
 
 
 @functools.cache
-def _int8_dot():
+def int8_dot():
     """The onnxruntime session of ``int8_dot.onnx``, one thread (searches run side by side
     in a server's workers and threads; a second thread per search only waits on them)."""
     import onnxruntime as ort
@@ -49,6 +49,21 @@ def quantise_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     scales[scales == 0] = 1.0
     shifted = np.rint(rows / scales[:, None]) + 128.0
     return shifted.astype(np.uint8), scales.astype(np.float32)
+
+
+def int8_shortlist(rows, scales, at, query, k: int) -> np.ndarray:
+    """Positions in ``at`` of the rows (of ``rows`` and ``scales``, :func:`quantise_rows`)
+    that an int8 scan ranks best against ``query``: ``max(2k, k + 64)`` of them, or all.
+    onnxruntime's MatMulInteger over uint8 rows: ~5x numpy's float32 loop, and 1/4 of its
+    memory (the scan reads every row and is bound by memory bandwidth)."""
+    query_int8, _ = quantise_rows(query[None])
+    query_int8 = (query_int8.astype(np.int16) - 128).astype(np.int8).reshape(-1, 1)
+    dots = int8_dot().run(None, {"rows": rows, "query": query_int8})[0][:, 0]
+    approx = (dots[at] - 128 * int(query_int8.sum())) * scales[at]
+    shortlist = min(max(_SHORTLIST * k, k + _SHORTLIST_MIN_EXTRA), len(at))
+    if shortlist < len(at):
+        return np.argpartition(-approx, shortlist - 1)[:shortlist]
+    return np.arange(len(at))
 
 
 class Snapshot:
@@ -261,22 +276,21 @@ class VectorFiles:
         rows, scales = self._scan_rows(int(slots[-1]) + 1, number, snapshot)
         slots = slots[slots < len(rows)]
         query = np.asarray(query_vector, np.float32)
-        # onnxruntime's MatMulInteger over uint8 rows: ~5x numpy's float32 loop, and 1/4 of
-        # its memory (the scan reads every row and is bound by memory bandwidth)
-        query_int8, _ = quantise_rows(query[None])
-        query_int8 = (query_int8.astype(np.int16) - 128).astype(np.int8).reshape(-1, 1)
-        dots = _int8_dot().run(None, {"rows": rows, "query": query_int8})[0][:, 0]
-        approx = (dots[slots] - 128 * int(query_int8.sum())) * scales[slots]
-        shortlist = min(max(_SHORTLIST * k, k + _SHORTLIST_MIN_EXTRA), len(slots))
-        if shortlist < len(slots):
-            slots = slots[np.argpartition(-approx, shortlist - 1)[:shortlist]]
-        vectors, _ = self._vectors_at(slots, number, snapshot)
-        scores = vectors @ query
-        top = np.lexsort((slots, -scores))[:k]  # best first; ties: oldest row first
-        return [Hit(snapshot.id_at_slot[int(slots[i])], float(scores[i])) for i in top]
+        slots = slots[int8_shortlist(rows, scales, slots, query, k)]
+        return self._ranked_rows(slots, query, k, number, snapshot, snapshot.id_at_slot.get)
 
-    def _live_rows(self, snapshot: Snapshot) -> np.ndarray:
-        """The rows live documents point to, ascending, listed again only when they changed.
+    def _ranked_rows(self, rows, query, k: int, model: int, snapshot, id_of) -> list[Hit]:
+        """The best ``k`` of ``rows`` by the cosine of their stored vectors, as hits named by
+        ``id_of(row)``."""
+        vectors, _ = self._vectors_at(rows, model, snapshot)
+        scores = vectors @ query
+        top = np.lexsort((rows, -scores))[:k]  # best first; ties: oldest row first
+        return [Hit(id_of(int(rows[i])), float(scores[i])) for i in top]
+
+    def _live_rows(self, snapshot: Snapshot, start: int = 0, searcher=None) -> np.ndarray:
+        """The rows from ``start`` on that live documents point to, ascending, with their ids
+        in ``snapshot.id_at_slot``, listed again only when they changed (kept for every row,
+        and for the rows an ANN file does not cover: ``start`` > 0).
 
         Listing them takes ~25 ms at 100,000 questions; the count, sum and maximum of the
         live slots, which tantivy aggregates in ~0.3 ms, tell whether they changed: rows are
@@ -284,26 +298,27 @@ class VectorFiles:
         lowers the count. A row keeps its question until a rebuild or compaction renumbers
         the rows, and those reopen the index, which replaces the snapshot holding this cache,
         so the ids of rows already seen are never read again."""
-        searcher = snapshot.index.searcher()
+        searcher = searcher or snapshot.index.searcher()
         with_vector = tantivy.Query.range_query(
-            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=start
         )
         stats = searcher.aggregate(with_vector, {"slots": {"stats": {"field": "slot"}}})["slots"]
-        state = (stats["count"], stats["sum"], stats["max"])
-        cached = snapshot.live_slots
+        state = (start, stats["count"], stats["sum"], stats["max"])
+        kept = "live_slots" if start == 0 else "tail_slots"
+        cached = getattr(snapshot, kept)
         if cached is not None and cached[0] == state:
             return cached[1]
         if not stats["count"]:
             slots = np.zeros(0, np.int64)
         else:
-            hits = searcher.search(with_vector, searcher.num_docs, count=False).hits
+            hits = searcher.search(with_vector, int(stats["count"]), count=False).hits
             addresses = [address for _, address in hits]
             found = searcher.fast_field_values("slot", addresses)
             for slot, address in zip(found, addresses, strict=True):
                 if slot not in snapshot.id_at_slot:
                     snapshot.id_at_slot[slot] = searcher.doc(address)["id"][0]
             slots = np.sort(np.asarray(found, np.int64))
-        snapshot.live_slots = (state, slots)
+        setattr(snapshot, kept, (state, slots))
         return slots
 
     def _scan_rows(
