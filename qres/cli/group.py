@@ -184,17 +184,6 @@ def json_option(command):
     )(command)
 
 
-def candidates_option(command):
-    """``--candidates N``: BM25's candidates a search rescores."""
-    return click.option(
-        "--candidates",
-        default=100,
-        show_default=True,
-        type=click.IntRange(min=1),
-        help="BM25 candidates to rescore.",
-    )(command)
-
-
 def dense_candidates_option(command):
     """``--dense-candidates N``: the questions nearest by vector joining BM25's candidates."""
     return click.option(

@@ -13,7 +13,6 @@ from rich.progress import (
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 # markup=False: user text (titles, server messages like "action [x] is unauthorized") is
@@ -42,17 +41,15 @@ class _Stdout(Console):
 stdout = _Stdout(markup=False)
 
 
-def progress_display(rate: bool = True, eta: bool = False) -> Progress:
-    """A progress display on standard error, shown on a terminal only: each task's
-    ``rate`` field where ``rate``, the time left where ``eta``."""
+def progress_display() -> Progress:
+    """A progress display on standard error, shown on a terminal only."""
     return Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        *([TextColumn("{task.fields[rate]}")] if rate else []),
+        TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
-        *([TextColumn("eta"), TimeRemainingColumn()] if eta else []),
         console=console,
         disable=not console.is_terminal,
     )

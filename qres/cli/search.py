@@ -13,7 +13,6 @@ from rich.text import Text
 from qres.backends.base import Backend, BackendError
 from qres.cli.group import (
     Context,
-    candidates_option,
     console,
     dense_candidates_option,
     index_fusion_option,
@@ -22,6 +21,17 @@ from qres.cli.group import (
 )
 
 # -- search -------------------------------------------------------------------------------
+
+
+def candidates_option(command):
+    """``--candidates N``: BM25's candidates a search rescores (search and serve)."""
+    return click.option(
+        "--candidates",
+        default=100,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="BM25 candidates to rescore.",
+    )(command)
 
 
 @click.command()

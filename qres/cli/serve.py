@@ -11,10 +11,10 @@ import click
 from qres.cli.group import (
     CommandError,
     Context,
-    candidates_option,
     dense_candidates_option,
     index_fusion_option,
 )
+from qres.cli.search import candidates_option
 
 # -- serve --------------------------------------------------------------------------------
 

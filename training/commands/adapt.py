@@ -54,7 +54,17 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
     require_torch()
     import shutil
 
-    from qres.cli.output import console, progress_display
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     from qres.corpus.readers import CorpusError
     from qres.encoders.runtime import EncoderError
     from qres.training import forum_adapt
@@ -66,7 +76,18 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
     if again:
         shutil.rmtree(plan.work, ignore_errors=True)
         shutil.rmtree(plan.target, ignore_errors=True)
-    bar = progress_display(rate=False, eta=True)
+    console = Console(stderr=True)
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
     task = {"id": None}
 
     def step(what: str, total: int | None) -> None:
