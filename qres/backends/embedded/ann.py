@@ -42,6 +42,7 @@ from qres.backends.embedded.documents import id_query
 from qres.backends.embedded.vectors import int8_shortlist, quantise_rows
 
 SUFFIX = ".ann"
+BUILD_THREADS: int | None = None  # threads adding rows to a graph (None: every core)
 MAGIC = b"qres-ann"
 # Below this many live rows no file is written: nearest() scans them all exactly. The graph
 # is as fast as the scan at ~2,000 rows and 1.5x faster at 10,000 (benchmarks/nearest_latency
@@ -195,7 +196,7 @@ def write(
     graph = previous.graph_copy() if previous is not None else _new_graph(vectors.shape[1])
     if remove is not None and len(remove):
         graph.remove(np.asarray(remove, np.uint64))
-    threads = threads or os.cpu_count() or 1
+    threads = threads or BUILD_THREADS or os.cpu_count() or 1
     for start in range(0, len(add), _ADD_ROWS):
         keys = np.asarray(add[start : start + _ADD_ROWS], np.int64)
         graph.add(keys.astype(np.uint64), np.asarray(vectors[keys], np.float32), threads=threads)
