@@ -40,6 +40,7 @@ from qres.corpus.readers import Question, read_corpus
 from qres.encoders.model_set import model_set_of
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
+COMMIT_EVERY = 20_000  # questions written between two commits: what a crash can cost
 # Questions per batch. The encoder sorts a batch by length before cutting it into runs
 # (CPU: the encoder's default run size, GRU runs side by side) or running it whole (CUDA),
 # so large batches waste little on padding.
@@ -78,7 +79,7 @@ def index_questions(
     questions: Iterable[Question],
     encoder=None,
     batch_size: int | None = None,
-    commit_every: int = 20_000,
+    commit_every: int = COMMIT_EVERY,
     on_batch: Callable[[int], None] | None = None,
     workers: int | None = None,
     on_encoded: Callable[[float], None] | None = None,

@@ -161,6 +161,25 @@ def test_ids_of_search_hits_come_from_the_file(tmp_path):
         assert backend._snapshot.id_at_slot == {}
 
 
+def test_ids_read_together_are_the_ids_read_one_by_one(tmp_path):
+    """ids_at names rows as id_at does: a covered row by the question it was written for
+    (replaced since or not: search tells those apart), a row outside the file (past it, or
+    -1) by None."""
+    forum = Forum(5)
+    with EmbeddedBackend(tmp_path / "ix", create=True) as backend:
+        ids = forum.fresh(60)
+        forum.add(backend, ids)
+        forum.add(backend, ids[:5])  # rows 0-4 replaced: no question points to them now
+        backend.commit()
+        backend.update_nearest()
+        found = ann_file(backend)
+        assert found is not None and found.rows == 65
+        rows = np.array([0, 4, 5, 59, 64, 65, 1000, -1, 7, 7])
+        assert found.ids_at(rows) == [found.id_at(int(r)) for r in rows]
+        assert found.ids_at(rows) == ["q0", "q4", "q5", "q59", "q4", None, None, None, "q7", "q7"]
+        assert found.ids_at(np.zeros(0, np.int64)) == []
+
+
 def test_a_small_index_has_no_file_and_is_scanned(tmp_path, graph_searches):
     forum = Forum(3)
     with EmbeddedBackend(tmp_path / "ix", create=True) as backend:

@@ -384,15 +384,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         if not ids:
             return {}
         snapshot = self._snapshot
-        searcher = snapshot.index.searcher()
-        hits = searcher.search(id_query(self._schema, ids), len(set(ids)), count=False).hits
-        addresses = [address for _, address in hits]
-        slots = searcher.fast_field_values("slot", addresses) if addresses else []
-        found = (
-            _stored_question(snapshot, -1 if slot is None else slot, searcher, address)
-            for slot, address in zip(slots, addresses, strict=True)
-        )
-        return {q.id: q for q in found}
+        return _fetch_from(snapshot, snapshot.index.searcher(), ids)
 
     def _consistent(self, read):
         """``read()`` on one snapshot of the index: read again if the index was swapped or
@@ -498,39 +490,58 @@ class _TantivyCandidates(Candidates):
         self.cosine = next(iter(self.cosines.values()))
 
     def ids(self, rows: Sequence[int]) -> list[str]:
-        ids = [self._id(i) for i in rows]
+        # A row's id as already read or as the ANN file names it (a slot keeps its question
+        # until a rebuild, which starts a new snapshot), else from the document store.
+        rows = list(rows)
+        slots = [self._slots[row] for row in rows] if self._slots else [-1] * len(rows)
+        known = self._snapshot.id_at_slot
+        ids = [known.get(slot) for slot in slots]
+        if self._ann is not None and None in ids:
+            named = self._ann.ids_at(np.asarray(slots, np.int64))
+            ids = [qid or other for qid, other in zip(ids, named, strict=True)]
+        for i, qid in enumerate(ids):
+            if qid is None:
+                row, slot = rows[i], slots[i]
+                self._read[row] = self._searcher.doc(self._addresses[row])
+                ids[i] = self._read[row]["id"][0]
+                if slot >= 0:  # kept: the rows no ANN file names are few, or the index small
+                    known[slot] = ids[i]
         self._row_of.update(zip(ids, rows, strict=True))
         return ids
 
-    def _id(self, row: int) -> str:
-        # A row's id as the ANN file names it or as already read (a slot keeps its question
-        # until a rebuild, which starts a new snapshot), else from the document store.
-        slot = self._slots[row] if self._slots else -1
-        known = self._snapshot.id_at_slot
-        qid = known.get(slot) or (self._ann.id_at(slot) if self._ann else None)
-        if qid is None:
-            self._read[row] = self._searcher.doc(self._addresses[row])
-            qid = self._read[row]["id"][0]
-            if slot >= 0:  # kept: the rows an ANN file does not name are few, or the index small
-                known[slot] = qid
-        return qid
-
     def stored(self, ids, fetch):
         # Candidates whose ids were asked for are read where the search found them (no
-        # lookup by id), and kept by slot: a slot's document never changes.
+        # lookup by id), and kept by slot: a slot's document never changes; the others are
+        # looked up in the same snapshot (what a search reads is one generation's).
         found = {}
         for qid in ids:
             row = self._row_of.get(qid)
             if row is not None:
                 found[qid] = self._question(row)
         rest = [qid for qid in ids if qid not in found]
-        return found | (fetch(rest) if rest else {})
+        if not rest:
+            return found
+        if self._searcher is None:  # no hits: nothing was searched
+            return found | fetch(rest)
+        return found | _fetch_from(self._snapshot, self._searcher, rest)
 
     def _question(self, row: int) -> Question:
         slot = self._slots[row] if self._slots else -1
         return _stored_question(
             self._snapshot, slot, self._searcher, self._addresses[row], self._read.get(row)
         )
+
+
+def _fetch_from(snapshot: Snapshot, searcher, ids: Sequence[str]) -> dict[str, Question]:
+    """The stored questions of ``ids`` that ``searcher`` (of ``snapshot``) finds, by id."""
+    query = id_query(snapshot.index.schema, ids)
+    addresses = [address for _, address in searcher.search(query, len(set(ids)), count=False).hits]
+    slots = searcher.fast_field_values("slot", addresses) if addresses else []
+    found = (
+        _stored_question(snapshot, -1 if slot is None else slot, searcher, address)
+        for slot, address in zip(slots, addresses, strict=True)
+    )
+    return {q.id: q for q in found}
 
 
 def _stored_question(snapshot: Snapshot, slot: int, searcher, address, doc=None) -> Question:

@@ -167,6 +167,16 @@ class AnnFile:
         start, end = int(self._offsets[row]), int(self._offsets[row + 1])
         return bytes(self._ids[start:end]).decode() or None
 
+    def ids_at(self, rows: np.ndarray) -> list[str | None]:
+        """:meth:`id_at` of each of ``rows`` (read together: a third of the time row by row)."""
+        rows = np.asarray(rows, np.int64)
+        covered = (rows >= 0) & (rows < self.rows)
+        at = np.where(covered, rows, 0)
+        starts = np.where(covered, self._offsets[at], 0).tolist()
+        ends = np.where(covered, self._offsets[at + 1], 0).tolist()
+        ids = self._ids
+        return [bytes(ids[s:e]).decode() or None for s, e in zip(starts, ends, strict=True)]
+
     def keys(self) -> np.ndarray:
         """The rows in the graph."""
         return np.asarray(self._graph.keys, np.int64)
@@ -300,14 +310,15 @@ class AnnFiles:
         if not len(found):
             return []
 
-        def id_of(row: int) -> str:
-            return ann.id_at(row) or snapshot.id_at_slot[row]
+        def ids_of(rows: np.ndarray) -> list[str]:
+            known = snapshot.id_at_slot  # the tail's rows
+            return [i or known[r] for i, r in zip(ann.ids_at(rows), rows.tolist(), strict=True)]
 
-        return self._ranked_rows(found, query, k, model, snapshot, id_of)
+        return self._ranked_rows(found, query, k, model, snapshot, ids_of)
 
     def _still_live(self, searcher, rows: np.ndarray, ann: AnnFile) -> np.ndarray:
         """``rows`` (covered by ``ann``) whose question still points to them, in order."""
-        ids = [ann.id_at(int(r)) or "" for r in rows]
+        ids = [i or "" for i in ann.ids_at(rows)]
         query = id_query(self._schema, [i for i in ids if i])
         hits = searcher.search(query, max(len(ids), 1), count=False).hits
         live = set(searcher.fast_field_values("slot", [address for _, address in hits]))

@@ -277,15 +277,21 @@ class VectorFiles:
         slots = slots[slots < len(rows)]
         query = np.asarray(query_vector, np.float32)
         slots = slots[int8_shortlist(rows, scales, slots, query, k)]
-        return self._ranked_rows(slots, query, k, number, snapshot, snapshot.id_at_slot.get)
+        known = snapshot.id_at_slot
 
-    def _ranked_rows(self, rows, query, k: int, model: int, snapshot, id_of) -> list[Hit]:
+        def ids_of(rows: np.ndarray) -> list[str]:
+            return [known[r] for r in rows.tolist()]
+
+        return self._ranked_rows(slots, query, k, number, snapshot, ids_of)
+
+    def _ranked_rows(self, rows, query, k: int, model: int, snapshot, ids_of) -> list[Hit]:
         """The best ``k`` of ``rows`` by the cosine of their stored vectors, as hits named by
-        ``id_of(row)``."""
+        ``ids_of(rows)``."""
         vectors, _ = self._vectors_at(rows, model, snapshot)
         scores = vectors @ query
         top = np.lexsort((rows, -scores))[:k]  # best first; ties: oldest row first
-        return [Hit(id_of(int(rows[i])), float(scores[i])) for i in top]
+        ids = ids_of(np.asarray(rows)[top])
+        return [Hit(qid, score) for qid, score in zip(ids, scores[top].tolist(), strict=True)]
 
     def _live_rows(self, snapshot: Snapshot, start: int = 0, searcher=None) -> np.ndarray:
         """The rows from ``start`` on that live documents point to, ascending, with their ids
