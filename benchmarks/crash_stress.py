@@ -9,12 +9,13 @@ same top 10 as an index built without interruption, as JSON.
 missing), with the same model. ``--work``: the index that is killed (deleted first). Each
 round starts ``qres index CORPUS`` (which resumes: questions stored as read are skipped) and
 sends it SIGKILL: once it has written a random number of new vector rows (up to twice an even
-share of the clean index's, so kills land while questions are written and the runs make
-progress), or, every third round once the index has an ANN file (or a kill has seen one
-written), while it writes an ANN file (a ``.ann.tmp`` beside the vector file: a random
-moment after that file appears). A run that ends first is not counted as a kill. After each
-kill the index is opened read-only and must answer a search (a BM25 search for "question"
-returns a hit); after ``--kills`` rounds a last run completes.
+share of the clean index's, and at least 2.5 commits' worth: kills land while questions are
+written, before, during and after commits, and the runs make progress), or, every third
+round once the index has an ANN file (or a kill has seen one written), while it writes an
+ANN file (a ``.ann.tmp`` beside the vector file: a random moment after that file appears).
+A run that ends first is not counted as a kill. After each kill the index is opened
+read-only and must answer a search (a BM25 search for "question" returns a hit); after
+``--kills`` rounds a last run completes.
 Then ``--queries`` titles of the corpus are searched in both indexes (hybrid, the dense first
 stage through each index's ANN file, and bm25), and the top 10s compared.
 """
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(log_path, "a") as log:
         if not (args.clean / "meta.json").exists():
             report["clean_build_s"] = round(run_to_end(args.clean, args.corpus, args.model, log), 1)
-        # each "any" kill lands within twice the even share of the clean index's vector file
-        grow = 2 * vector_rows(args.clean) // max(args.kills, 1)
+        grow = kill_window(args.clean, args.kills)
+        report["kill_window_bytes"] = grow
         shutil.rmtree(args.work, ignore_errors=True)
         rounds = []
         seen_ann = False
@@ -167,6 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     report["machine"] = {**machine(), "load_average": os.getloadavg()}
     print(json.dumps(report, indent=1))
     return 0
+
+
+def kill_window(clean: Path, kills: int) -> int:
+    """Vector-file bytes within which an "any" kill lands: twice the even share of the clean
+    index's file, and at least two and a half commits' worth, so that most runs commit
+    something before the kill and the rounds move through the corpus (a run killed before
+    its first commit keeps nothing, and the next one starts where it did)."""
+    from qres.backends.embedded import EmbeddedBackend
+    from qres.indexing.pipeline import COMMIT_EVERY
+
+    with EmbeddedBackend(clean) as backend:
+        questions = backend.count()
+    size = vector_rows(clean)
+    return max(2 * size // max(kills, 1), 5 * COMMIT_EVERY * size // max(2 * questions, 1))
 
 
 def titles_of(corpus: Path, n: int) -> list[str]:

@@ -223,9 +223,11 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
             raise BackendError(f"the index at {self.live_path} is not open")
         if self._rebuilding or self._lock is not None:
             return
-        if not self.path.exists():  # a swap between its renames, or one a crash stopped there
+        now = identity_of(self.path)  # one stat: this runs before every read
+        if now is None:  # a swap between its renames, or one a crash stopped there
             complete_interrupted_swap(self.live_path)
-        if self._replaced():
+            now = identity_of(self.path)
+        if now is not None and now != self._identity:
             with self._reloading:  # one thread reopens; the others then see it done
                 if self._replaced():
                     self._meta = read_meta(self.path / "meta.json")
