@@ -13,9 +13,10 @@ share of the clean index's, and at least 2.5 commits' worth: kills land while qu
 written, before, during and after commits, and the runs make progress), or, every third
 round once the index has an ANN file (or a kill has seen one written), while it writes an
 ANN file (a ``.ann.tmp`` beside the vector file: a random moment after that file appears).
-A run that ends first is not counted as a kill. After each kill the index is opened
-read-only and must answer a search (a BM25 search for "question" returns a hit); after
-``--kills`` rounds a last run completes.
+A run that ends first is not counted as a kill, and ends the rounds when it was not waiting
+for an ANN write (the corpus is all in: later runs would only read it). After each kill the
+index is opened read-only and must answer a search (a BM25 search for "question" returns a
+hit); after the rounds a last run completes.
 Then ``--queries`` titles of the corpus are searched in both indexes (hybrid, the dense first
 stage through each index's ANN file, and bm25), and the top 10s compared.
 """
@@ -110,20 +111,36 @@ def opens_and_answers(index: Path) -> dict:
 
 
 def compare(clean: Path, work: Path, titles: list[str]) -> dict:
+    """How many of ``titles`` get the same top 10 from both indexes, in each mode; and how
+    many the same scores, with ids that differ only among equal scores (two indexes of the
+    same questions written in other runs lay their documents out differently, and the
+    engine orders equal scores by where a document lies)."""
     from qres.ranking.search import SearchPipeline
 
     out = {}
     with SearchPipeline.open(clean) as a, SearchPipeline.open(work) as b:
         out["questions"] = [a.backend.count(), b.backend.count()]
         for mode in ("hybrid", "bm25"):
-            same = [
-                [r.id for r in a.search(t, 10, mode, with_text=False)]
-                == [r.id for r in b.search(t, 10, mode, with_text=False)]
-                for t in titles
-            ]
-            out[f"{mode}_same_top10"] = sum(same)
+            same = same_but_ties = 0
+            for t in titles:
+                x = a.search(t, 10, mode, with_text=False)
+                y = b.search(t, 10, mode, with_text=False)
+                same += [r.id for r in x] == [r.id for r in y]
+                same_but_ties += _by_score(x) == _by_score(y)
+            out[f"{mode}_same_top10"] = same
+            out[f"{mode}_same_top10_up_to_ties"] = same_but_ties
         out["queries"] = len(titles)
     return out
+
+
+def _by_score(results) -> list:
+    """Each score of a top 10 with the ids that have it, but for the lowest score (the ids of
+    a tie cut at the 10th place depend on which of them the engine meets first)."""
+    groups: dict[float, set[str]] = {}
+    for r in results:
+        groups.setdefault(round(r.score, 6), set()).add(r.id)
+    lowest = min(groups, default=None)
+    return [(score, ids if score != lowest else len(ids)) for score, ids in groups.items()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                 outcome.update(opens_and_answers(args.work))
             rounds.append(outcome)
             print(json.dumps(outcome), file=sys.stderr)
+            if not outcome["killed"] and when == "any":
+                break  # the run got to the end: the corpus is in, later runs only read it
         report["final_run_s"] = round(run_to_end(args.work, args.corpus, args.model, log), 1)
     report["rounds"] = rounds
     report["kills"] = sum(r["killed"] for r in rounds)

@@ -297,3 +297,41 @@ def test_hostile_input_refuses_each_file_in_one_line_and_times_the_attribute(tmp
     assert line["skip_bad"]["exit_status"] == 0 and line["skip_bad_over_peer"] > 0
     [one] = result["long_attribute"]
     assert one["body_mb"] == 1 and one["qres_reader"]["result"] == 2
+
+
+def test_crash_stress_compares_top10s_after_its_rounds(tmp_path):
+    """On a corpus indexed by each run before any kill can land, the rounds stop at the first
+    run that got to the end, and the last run's index ranks as the one built in one go."""
+    corpus = REPO / "qres" / "data" / "demo" / "questions.tsv"
+    report = bench(
+        "crash_stress.py", "--corpus", corpus, "--clean", tmp_path / "clean",
+        "--work", tmp_path / "work", "--kills", 3, "--queries", 20,
+    )  # fmt: skip
+    assert [r["killed"] for r in report["rounds"]] == [False]
+    assert report["kills"] == 0
+    comparison = report["comparison"]
+    assert comparison["questions"] == [330, 330] and comparison["queries"] == 20
+    assert comparison["bm25_same_top10"] == comparison["hybrid_same_top10"] == 20
+
+
+def test_crash_stress_tells_ties_apart_from_other_differences():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from crash_stress import _by_score
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from qres.ranking.search import Result
+
+    def top(*pairs):
+        return [Result(i, s, s, None) for i, s in pairs]
+
+    clean = top(("a", 3.0), ("b", 2.0), ("c", 2.0), ("d", 1.0), ("e", 1.0))
+    assert _by_score(clean) == _by_score(
+        top(("a", 3.0), ("c", 2.0), ("b", 2.0), ("d", 1.0), ("f", 1.0))
+    )
+    assert _by_score(clean) != _by_score(
+        top(("a", 3.0), ("b", 2.0), ("f", 2.0), ("d", 1.0), ("e", 1.0))
+    )
+    assert _by_score(clean) != _by_score(
+        top(("a", 3.0), ("b", 2.0), ("c", 2.5), ("d", 1.0), ("e", 1.0))
+    )
