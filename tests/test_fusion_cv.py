@@ -101,6 +101,19 @@ def test_rrf_is_the_sum_of_reciprocal_ranks():
     assert fcv.score("rrf", None, x) == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("method", ["rrf", "pairwise-linear"])
+def test_equal_scores_share_a_rank_whatever_order_the_candidates_came_in(method):
+    """Two candidates with the same BM25 score (an index laid out otherwise, or another
+    backend, returns them in the other order) get the same fused scores either way."""
+    x = np.array([[1.0, 0.2], [0.5, 0.9], [0.5, 0.4], [0.0, 0.8], [0.0, 0.3]])
+    params = None if method == "rrf" else [1.0, 1.0, 0.5, 0.5]
+    swapped = x[[0, 2, 1, 4, 3]]
+    assert fcv.score(method, params, swapped) == pytest.approx(
+        fcv.score(method, params, x)[[0, 2, 1, 4, 3]]
+    )
+    assert fcv.score("rrf", None, x)[1] == pytest.approx(1 / 62 + 1 / 61)  # 0.5 ties at 2nd
+
+
 def test_folds_are_by_query_balanced_and_reproducible():
     ids = [f"q{i}" for i in range(23)]
     folds = fcv.assign_folds(ids, 5)

@@ -158,9 +158,15 @@ def signals(bm25: np.ndarray, cosines: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _inverse_ranks(x: np.ndarray) -> np.ndarray:
-    """1 / (RRF_K + rank) of each candidate under each signal (rank 1 = highest)."""
-    ranks = np.argsort(np.argsort(-x, axis=0, kind="stable"), axis=0) + 1
-    return 1.0 / (RRF_K + ranks)
+    """1 / (RRF_K + rank) of each candidate under each signal (rank 1 = highest; equal
+    values share the best of their ranks, so a candidate's rank never depends on the order
+    the candidates came in: two indexes of the same questions, laid out apart, or two
+    backends, rank alike)."""
+    descending = np.sort(-x, axis=0)
+    ranks = np.column_stack(
+        [np.searchsorted(descending[:, j], -x[:, j], side="left") for j in range(x.shape[1])]
+    )
+    return 1.0 / (RRF_K + ranks.reshape(x.shape) + 1)
 
 
 def ltr_features(x: np.ndarray) -> np.ndarray:
