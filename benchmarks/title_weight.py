@@ -1,15 +1,17 @@
 """How much of a question's title alone to mix into a transformer's vector, as JSON.
 
     python benchmarks/title_weight.py --model DIR [--model DIR ...] [--weights 0,0.1,0.2]
+        [--query question|title]
 
 Every question of a forum (``--data-dir``, default the travel forum) is encoded twice by each
 model: its whole text (title and body as one text, as the model was trained) and its title
 alone. A question's vector at title weight w is normalise((1 − w) · v(text) + w · v(title)),
 what ``qres import-encoder`` writes as ``title_weight`` (:mod:`qres.encoders.runtime`); w = 0 is
 the whole text alone. Each duplicate query (its title and body, mixed the same way) ranks the
-whole forum by cosine, exactly (its own id left out); nDCG@10 and R@100 are as ``qres evaluate
---dataset stackexchange`` computes them, for each split, so a weight can be chosen on ``train``
-and read on ``test``. With several models, ``together`` ranks by the mean of their cosines.
+whole forum by cosine, exactly (its own id left out); with ``--query title`` it asks with its
+title alone instead (what a widget sends). nDCG@10 and R@100 are as ``qres evaluate --dataset
+stackexchange`` computes them, for each split, so a weight can be chosen on ``train`` and read
+on ``test``. With several models, ``together`` ranks by the mean of their cosines.
 Dense ranking only: the fused hybrid is measured by ``qres evaluate``.
 """
 
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, action="append", required=True)
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--weights", default="0,0.1,0.2,0.3,0.4,0.5", help="comma-separated")
+    parser.add_argument("--query", choices=("question", "title"), default="question")
     args = parser.parse_args(argv)
     weights = [float(w) for w in args.weights.split(",")]
     splits = {s: load_forum_duplicates(args.data_dir, s) for s in SPLITS}
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             cosines = []
             for texts, titles in zip(text_vectors, title_vectors, strict=True):
                 mixed = unit((1 - w) * texts + w * titles)
-                cosines.append(mixed[own] @ mixed.T)
+                asked = mixed[own] if args.query == "question" else titles[own]
+                cosines.append(asked @ mixed.T)
             row = {
                 d.name: scores(c, own, relevant) for d, c in zip(args.model, cosines, strict=True)
             }
@@ -100,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 "forum": str(splits["train"].posts.parent),
                 "questions": len(questions),
                 "models": [str(d) for d in args.model],
+                "query": args.query,
                 "encode_seconds": seconds,
                 "splits": results,
                 "machine": machine(),

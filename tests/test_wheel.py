@@ -101,6 +101,7 @@ def test_wheel_installs_only_the_qres_package(wheel):
         "qres/training/train.py",
         "qres/models/default/model.onnx",
         "qres/backends/embedded/int8_dot.onnx",  # the dense first stage's int8 scan
+        "qres/backends/embedded/half_to_float.onnx",  # stored float16 vectors read as float32
         "qres/data/demo/questions.tsv",
         "qres/static/widget.js",  # qres serve's widget and demo page
         "qres/static/index.html",

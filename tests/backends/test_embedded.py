@@ -188,3 +188,20 @@ def test_quantised_rows_keep_each_component_within_half_a_step():
     restored = (quantised.astype(np.float32) - 128) * scales[:, None]
     assert quantised.dtype == np.uint8 and restored[7].tolist() == [0.0] * 32
     assert np.all(np.abs(restored - rows) <= scales[:, None] / 2 + 1e-6)
+
+
+def test_float16_rows_read_as_float32_exactly_above_and_below_the_session_threshold():
+    """Stored rows read through onnxruntime's Cast are the values numpy's own conversion
+    gives, bit for bit, for every float16 (infinities, zeros of both signs and subnormals
+    included; a NaN stays a NaN): the scores computed from them cannot move."""
+    from qres.backends.embedded.vectors import _CAST_MIN_VALUES, as_float32
+
+    every_half = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    for rows in (every_half.reshape(-1, 256), every_half[:1_024].reshape(-1, 64)):
+        assert (rows.size >= _CAST_MIN_VALUES) == (rows.shape[1] == 256)
+        got = as_float32(rows)
+        assert got.dtype == np.float32 and got.shape == rows.shape
+        want = rows.astype(np.float32)
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan) and nan.sum() == 2 * 1_023 * (rows.size > 1_024)
+        assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))

@@ -39,7 +39,7 @@ import tantivy
 
 from qres.backends.embedded.directory import fsync_dir, log
 from qres.backends.embedded.documents import id_query
-from qres.backends.embedded.vectors import int8_shortlist, quantise_rows
+from qres.backends.embedded.vectors import as_float32, int8_shortlist, quantise_rows
 
 SUFFIX = ".ann"
 BUILD_THREADS: int | None = None  # threads adding rows to a graph (None: every core)
@@ -209,7 +209,7 @@ def write(
     threads = threads or BUILD_THREADS or os.cpu_count() or 1
     for start in range(0, len(add), _ADD_ROWS):
         keys = np.asarray(add[start : start + _ADD_ROWS], np.int64)
-        graph.add(keys.astype(np.uint64), np.asarray(vectors[keys], np.float32), threads=threads)
+        graph.add(keys.astype(np.uint64), as_float32(vectors[keys]), threads=threads)
     live = len(graph)
     removed = (previous.removed if previous is not None else 0) + (
         len(remove) if remove is not None else 0
