@@ -4,6 +4,7 @@ same top 10 as an index built without interruption, as JSON.
 
     python benchmarks/crash_stress.py --corpus Posts.xml --clean DIR --work DIR
         [--model qres/models/default] [--kills 20] [--queries 200] [--seed 0]
+        [--ann-every 3] [--keep-work]
 
 ``--clean``: an index of ``--corpus`` built by ``qres index`` in one go (built first if
 missing), with the same model. ``--work``: the index that is killed (deleted first). Each
@@ -11,12 +12,14 @@ round starts ``qres index CORPUS`` (which resumes: questions stored as read are 
 sends it SIGKILL: once it has written a random number of new vector rows (up to twice an even
 share of the clean index's, and at least 2.5 commits' worth: kills land while questions are
 written, before, during and after commits, and the runs make progress), or, every third
-round once the index has an ANN file (or a kill has seen one written), while it writes an
-ANN file (a ``.ann.tmp`` beside the vector file: a random moment after that file appears).
+round (``--ann-every``) once the index has an ANN file (or a kill has seen one written),
+while it writes an ANN file (a ``.ann.tmp`` beside the vector file: a random moment after
+that file appears).
 A run that ends first is not counted as a kill, and ends the rounds when it was not waiting
 for an ANN write (the corpus is all in: later runs would only read it). After each kill the
 index is opened read-only and must answer a search (a BM25 search for "question" returns a
-hit); after the rounds a last run completes.
+hit); after the rounds a last run completes. ``--keep-work`` goes on with the index ``--work``
+already holds, killed by an earlier run of this script, instead of starting from nothing.
 Then ``--queries`` titles of the corpus are searched in both indexes (hybrid, the dense first
 stage through each index's ANN file, and bm25), and the top 10s compared.
 """
@@ -153,6 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", type=Path, help="the runs' output (default: beside --work)")
+    parser.add_argument(
+        "--ann-every",
+        type=int,
+        default=3,
+        help="every this many rounds, once there is an ANN file, aim at its writing (default 3)",
+    )
+    parser.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="go on with the index --work holds (an earlier run's, killed) instead of deleting it",
+    )
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     log_path = args.log or args.work.with_name(args.work.name + ".log")
@@ -162,11 +176,14 @@ def main(argv: list[str] | None = None) -> int:
             report["clean_build_s"] = round(run_to_end(args.clean, args.corpus, args.model, log), 1)
         grow = kill_window(args.clean, args.kills)
         report["kill_window_bytes"] = grow
-        shutil.rmtree(args.work, ignore_errors=True)
+        if args.keep_work and (args.work / "meta.json").exists():
+            report["kept_work"] = opens_and_answers(args.work)
+        elif not args.keep_work:
+            shutil.rmtree(args.work, ignore_errors=True)
         rounds = []
-        seen_ann = False
+        seen_ann = args.keep_work and any(args.work.glob("*.ann"))
         for i in range(args.kills):
-            when = "ann" if seen_ann and i % 3 == 2 else "any"
+            when = "ann" if seen_ann and i % args.ann_every == args.ann_every - 1 else "any"
             outcome = killed_run(args.work, args.corpus, args.model, log, when, grow, rng)
             # once the index has an ANN file, the runs write it again as they go: aim at that
             seen_ann = (

@@ -321,6 +321,13 @@ def test_crash_stress_compares_top10s_after_its_rounds(tmp_path):
     comparison = report["comparison"]
     assert comparison["questions"] == [330, 330] and comparison["queries"] == 20
     assert comparison["bm25_same_top10"] == comparison["hybrid_same_top10"] == 20
+    # --keep-work goes on with the index an earlier run left, rather than starting afresh
+    again = bench(
+        "crash_stress.py", "--corpus", corpus, "--clean", tmp_path / "clean",
+        "--work", tmp_path / "work", "--kills", 3, "--queries", 20, "--keep-work",
+    )  # fmt: skip
+    assert again["kept_work"]["count"] == 330  # (no demo question has the word searched)
+    assert again["comparison"]["hybrid_same_top10"] == 20
 
 
 def test_crash_stress_tells_ties_apart_from_other_differences():

@@ -87,7 +87,10 @@ def test_the_links_held_compactly_read_as_the_plain_mapping_would():
     assert links == want and len(links) == 4 and sorted(links) == sorted(want)
     assert "30" in links and "8" not in links and "7" not in links and 30 not in links
     assert links.get("07") is None and links.get("nope") is None
+    assert [links.get(post) for post in want] == list(want.values())
+    assert [links.get(post, "none") for post in ("1", "10", "29", "31", "99999")] == ["none"] * 5
     assert duplicate_links.DuplicateLinks([]) == {}
+    assert duplicate_links.DuplicateLinks([]).get("1") is None
 
 
 def test_attach_keeps_the_links_in_the_extras_and_originals_reads_them():

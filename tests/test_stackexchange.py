@@ -1,8 +1,11 @@
 """The StackExchange dump reader (Posts.xml): questions only, HTML to text, both tag styles,
 extras, gzip, malformed rows and XML."""
 
+import csv
 import gzip
+import io
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,9 @@ from qres.corpus import stackexchange
 from qres.corpus.readers import CorpusError, ReadStats, detect_format, read_corpus
 from qres.corpus.stackexchange import html_to_text, split_tags
 
-TRAVEL = Path(__file__).resolve().parents[2] / "shared" / "data" / "stackexchange-travel"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TRAVEL = DATA / "stackexchange-travel"
+KAGGLE = DATA / "stackexchange-kaggle-tags"
 
 POSTS = """\ufeff<?xml version="1.0" encoding="utf-8"?>
 <posts>
@@ -68,6 +73,65 @@ def test_html_to_text_keeps_code_and_separates_blocks():
     )
     assert html_to_text(html) == "ab\n\nx\n\ny > z\n\nif a < b:\ngo()"
     assert html_to_text("") == ""
+
+
+def _through_html_parser(html: str) -> str:
+    parser = stackexchange._TextOnly()
+    parser.feed(html)
+    parser.close()
+    return "".join(parser.parts)
+
+
+def _real_bodies() -> list[str]:
+    """Every question body of the travel forum's dump and of the four Kaggle sites."""
+    assert TRAVEL.is_dir() and KAGGLE.is_dir(), f"shared data missing: {TRAVEL}, {KAGGLE}"
+    bodies = [
+        row.get("Body") or ""
+        for _, row in ET.iterparse(TRAVEL / "Posts.xml")
+        if row.tag == "row" and row.get("PostTypeId") == "1"
+    ]
+    for site in ("biology", "cooking", "crypto", "robotics"):
+        path = KAGGLE / f"{site}.csv.zip"
+        with zipfile.ZipFile(path) as archive, archive.open(archive.namelist()[0]) as raw:
+            bodies += [row["content"] for row in csv.DictReader(io.TextIOWrapper(raw, "utf-8"))]
+    return bodies
+
+
+def test_simple_html_is_read_as_html_parser_reads_it_on_every_real_body():
+    csv.field_size_limit(2**31 - 1)
+    bodies = _real_bodies()
+    simple = [b for b in bodies if stackexchange._simple_parts(b) is not None]
+    assert len(bodies) > 45_000
+    assert len(simple) > 0.99 * len(bodies)  # the fast path is the one real bodies take
+    different = [
+        b for b in simple if "".join(stackexchange._simple_parts(b)) != _through_html_parser(b)
+    ]
+    assert different == []
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        "<p>a<br/>b</p><br>c<BR />d",
+        "<P CLASS='x'>A</P ><hr/>&amp;&lt;&#39;&nbsp;AT&T",
+        "<a href=\"https://x.org/?a=1&amp;b=2\" title='t'>link</a>",
+        "a < b<p>c",  # a bare "<"
+        "<!-- a comment --><p>x</p>",
+        "<script>if (a<b) {}</script><p>y</p>",
+        "<p>a</p x><b>b",  # an end tag with an attribute
+        "<a\xa0href='x'>p</a>",  # a space HTML does not count as one
+        "<p>unclosed <b",
+        "<my-tag>x</my-tag><1p>",
+        "",
+    ],
+)
+def test_html_in_any_form_reads_as_html_parser_reads_it(html, monkeypatch):
+    parts = stackexchange._simple_parts(html)
+    if parts is not None:
+        assert "".join(parts) == _through_html_parser(html)
+    text = html_to_text(html)
+    monkeypatch.setattr(stackexchange, "_simple_parts", lambda html: None)
+    assert text == html_to_text(html)
 
 
 @pytest.mark.parametrize(

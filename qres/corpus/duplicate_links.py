@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -109,12 +110,14 @@ class DuplicateLinks(Mapping):
         first[1:] = (post_of[1:] != post_of[:-1]) | (original_of[1:] != original_of[:-1])
         post_of, original_of, date_of, at = (a[first] for a in (post_of, original_of, date_of, at))
         order = np.lexsort((at, date_of, post_of))  # by duplicate, oldest first, then as listed
-        self._posts, self._originals = post_of[order], original_of[order]
+        # arrays rather than numpy's: a lookup (bisect) reads Python ints from them ~5x faster
+        self._posts = array("q", post_of[order].tobytes())
+        self._originals = array("q", original_of[order].tobytes())
         self._dates = date_of[order]
         for mine in others.values():
             mine.sort(key=lambda link: link[1])
         self._others = others
-        self._count = len(np.unique(self._posts)) + sum(
+        self._count = len(np.unique(np.frombuffer(self._posts, np.int64))) + sum(
             1 for post in others if not self._in_arrays(post)
         )
 
@@ -122,10 +125,10 @@ class DuplicateLinks(Mapping):
         if not _number(post):
             return 0, 0
         key = int(post)
-        return (
-            int(np.searchsorted(self._posts, key, "left")),
-            int(np.searchsorted(self._posts, key, "right")),
-        )
+        start = bisect_left(self._posts, key)
+        if start == len(self._posts) or self._posts[start] != key:
+            return start, start
+        return start, bisect_right(self._posts, key, start)
 
     def _in_arrays(self, post: str) -> bool:
         start, end = self._span(post)
@@ -142,11 +145,15 @@ class DuplicateLinks(Mapping):
             mine.sort(key=lambda link: link[1])
         return mine
 
+    def get(self, post: str, default=None):
+        # Mapping.get raises and catches a KeyError for each question never closed: most
+        return self[post] if post in self else default  # noqa: SIM401 - this is get
+
     def __contains__(self, post) -> bool:
         return isinstance(post, str) and (self._in_arrays(post) or post in self._others)
 
     def __iter__(self) -> Iterator[str]:
-        for post in np.unique(self._posts):
+        for post in np.unique(np.frombuffer(self._posts, np.int64)):
             yield str(post)
         yield from (post for post in self._others if not self._in_arrays(post))
 
