@@ -176,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             report["clean_build_s"] = round(run_to_end(args.clean, args.corpus, args.model, log), 1)
         grow = kill_window(args.clean, args.kills)
         report["kill_window_bytes"] = grow
-        if args.keep_work and (args.work / "meta.json").exists():
-            report["kept_work"] = opens_and_answers(args.work)
-        elif not args.keep_work:
+        if not args.keep_work:
             shutil.rmtree(args.work, ignore_errors=True)
+        elif (args.work / "meta.json").exists():
+            report["kept_work"] = opens_and_answers(args.work)
         rounds = []
-        seen_ann = args.keep_work and any(args.work.glob("*.ann"))
+        seen_ann = any(args.work.glob("*.ann"))  # a kept index may have one already
         for i in range(args.kills):
             when = "ann" if seen_ann and i % args.ann_every == args.ann_every - 1 else "any"
             outcome = killed_run(args.work, args.corpus, args.model, log, when, grow, rng)

@@ -76,10 +76,7 @@ def test_html_to_text_keeps_code_and_separates_blocks():
 
 
 def _through_html_parser(html: str) -> str:
-    parser = stackexchange._TextOnly()
-    parser.feed(html)
-    parser.close()
-    return "".join(parser.parts)
+    return "".join(stackexchange._parser_parts(html))
 
 
 def _real_bodies() -> list[str]:

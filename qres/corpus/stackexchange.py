@@ -90,9 +90,17 @@ _RAW_TEXT = {"script", "style", "textarea", "title", "xmp", "iframe", "noembed",
              "noscript", "plaintext"}  # fmt: skip
 
 
+def _parser_parts(html: str) -> list[str]:
+    """What :class:`_TextOnly` collects from ``html``: its text and a line break a block."""
+    parser = _TextOnly()
+    parser.feed(html)
+    parser.close()
+    return parser.parts
+
+
 def _simple_parts(html: str) -> list[str] | None:
-    """What :class:`_TextOnly` collects from ``html``, if it is made of simple tags and
-    text only (None: it is not)."""
+    """What :func:`_parser_parts` gives for ``html``, if it is made of simple tags and text
+    only (None: it is not)."""
     parts: list[str] = []
     at = 0
     for tag in _SIMPLE_TAG.finditer(html):
@@ -122,10 +130,7 @@ def html_to_text(html: str) -> str:
     spaces and of blank lines collapsed."""
     parts = _simple_parts(html)
     if parts is None:
-        parser = _TextOnly()
-        parser.feed(html)
-        parser.close()
-        parts = parser.parts
+        parts = _parser_parts(html)
     text = _SPACES.sub(" ", "".join(parts))
     text = "\n".join(line.strip() for line in text.split("\n"))
     return _BLANK_LINES.sub("\n\n", text).strip()
