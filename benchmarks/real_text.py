@@ -1,7 +1,7 @@
 """Real questions of four StackExchange sites, and forums of any size grown from them, written
 as a StackExchange dump (``Posts.xml`` with ``PostLinks.xml`` beside it) for ``qres index``.
 
-    python benchmarks/real_text.py --out DIR [--questions 1000000] [--seed 0]
+    python benchmarks/real_text.py --out DIR [--questions 1000000] [--seed 0] [--workers N]
 
 The seed is ``../shared/data/stackexchange-kaggle-tags`` (its README): 41,803 real questions
 of biology, cooking, crypto and robotics, HTML bodies with code and formulas. The first
@@ -9,7 +9,10 @@ of biology, cooking, crypto and robotics, HTML bodies with code and formulas. Th
 is a *variant* of seed question ``i mod 41,803``: its title and body text with every word
 replaced, with probability ``--vary`` (default 0.3), by a word drawn from the seed's own word
 frequencies (so common words mostly), the body's paragraphs kept as ``<p>`` blocks. Variants
-keep their seed's tags. Ids are 1, 2, ... in the order written.
+keep their seed's tags. Ids are 1, 2, ... in the order written. Each block of 10,000
+questions draws from its own random stream (seeded by ``--seed`` and the block), so blocks are
+drawn in ``--workers`` processes side by side and the dump is the same for any number of them
+(dumps written before 2026-11-27 drew from one stream: the same recipe, other draws).
 
 ``PostLinks.xml`` holds, as a StackExchange dump does, links of two kinds: ``--duplicates``
 (default 0.04, StackOverflow's share) of the variants closed as duplicates of their seed
@@ -24,10 +27,12 @@ indexing are real, nearest-neighbour structure is denser than real (say so besid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import html
 import io
 import json
+import multiprocessing
 import re
 import sys
 import time
@@ -103,10 +108,11 @@ class GrownForum:
             out += [word, rest]
         return "".join(out)
 
-    def posts(self, n: int) -> Iterator[tuple[int, int, str, str, str]]:
-        """(id, seed index, title, HTML body, tags) of ``n`` questions."""
+    def posts(self, positions: range) -> Iterator[tuple[int, int, str, str, str]]:
+        """(id, seed index, title, HTML body, tags) of the questions at ``positions`` (0 is
+        the first), their words drawn from :attr:`rng`."""
         seeds = len(self.rows)
-        for i in range(n):
+        for i in positions:
             s = i % seeds
             _, title, body, tags = self.rows[s]
             if i >= seeds:
@@ -121,48 +127,70 @@ def _date(i: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000", time.gmtime(seconds))
 
 
+BLOCK = 10_000  # questions drawn from one random stream: the dump is the same for any --workers
+_forum: GrownForum | None = None  # what a worker process draws from (inherited by fork)
+
+
+def _block(job: tuple[int, int, int, float, float]) -> tuple[str, list[tuple[int, int, int]]]:
+    """Questions ``[start, stop)`` (ids ``start + 1`` …) as ``Posts.xml`` rows, and their
+    links as (post, related post, link type), from their block's own random stream."""
+    start, stop, seed, duplicates, linked = job
+    forum, seeds = _forum, len(_forum.rows)
+    rng = np.random.default_rng([seed, start // BLOCK])
+    forum.rng = rng
+    rows, links = [], []
+    for qid, s, title, body, tags in forum.posts(range(start, stop)):
+        tag_text = "".join(f"<{t}>" for t in tags.split())
+        rows.append(
+            f'  <row Id="{qid}" PostTypeId="1" CreationDate="{_date(qid)}" '
+            f'Score="{int(rng.integers(-2, 40))}" AnswerCount="{int(rng.integers(0, 6))}" '
+            f"Title={_attr(title)} Body={_attr(body)} Tags={_attr(tag_text)} />\n"
+        )
+        if qid > seeds and rng.random() < duplicates:
+            links.append((qid, s + 1, 3))
+        for _ in range(rng.poisson(linked)):
+            links.append((qid, int(rng.integers(1, max(qid, 2))), 1))
+    return "".join(rows), links
+
+
 def write_dump(
     out: Path, n: int, seed: int = 0, vary: float = 0.3, duplicates: float = 0.04,
-    linked: float = 0.2, data_dir: Path | None = None,
+    linked: float = 0.2, data_dir: Path | None = None, workers: int = 1,
 ) -> dict:  # fmt: skip
-    """Write ``out/Posts.xml`` and ``out/PostLinks.xml``; returns what was written."""
-    forum = GrownForum(data_dir, seed, vary)
-    rng = np.random.default_rng(seed + 1)
+    """Write ``out/Posts.xml`` and ``out/PostLinks.xml``; returns what was written. Blocks of
+    :data:`BLOCK` questions are drawn in ``workers`` processes and written in order."""
+    global _forum
+    _forum = GrownForum(data_dir, seed, vary)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    links = 0
-    duplicate_links = 0
-    seeds = len(forum.rows)
-    with (
-        open(out / "Posts.xml", "w", encoding="utf-8") as posts,
-        open(out / "PostLinks.xml", "w", encoding="utf-8") as post_links,
-    ):
+    links = duplicate_links = 0
+    jobs = [(a, min(a + BLOCK, n), seed, duplicates, linked) for a in range(0, n, BLOCK)]
+    with contextlib.ExitStack() as stack:
+        posts = stack.enter_context(open(out / "Posts.xml", "w", encoding="utf-8"))
+        post_links = stack.enter_context(open(out / "PostLinks.xml", "w", encoding="utf-8"))
+        blocks: Iterator = map(_block, jobs)
+        if workers > 1:  # fork: the workers share the seed questions already read
+            pool = stack.enter_context(multiprocessing.get_context("fork").Pool(workers))
+            blocks = pool.imap(_block, jobs)
         posts.write('<?xml version="1.0" encoding="utf-8"?>\n<posts>\n')
         post_links.write('<?xml version="1.0" encoding="utf-8"?>\n<postlinks>\n')
-        for qid, s, title, body, tags in forum.posts(n):
-            tag_text = "".join(f"<{t}>" for t in tags.split())
-            posts.write(
-                f'  <row Id="{qid}" PostTypeId="1" CreationDate="{_date(qid)}" '
-                f'Score="{int(rng.integers(-2, 40))}" AnswerCount="{int(rng.integers(0, 6))}" '
-                f"Title={_attr(title)} Body={_attr(body)} Tags={_attr(tag_text)} />\n"
-            )
-            if qid > seeds and rng.random() < duplicates:
+        for rows, block_links in blocks:
+            posts.write(rows)
+            for post, related, kind in block_links:
                 links += 1
-                duplicate_links += 1
-                post_links.write(_link(links, qid, s + 1, 3, qid))
-            for _ in range(rng.poisson(linked)):
-                links += 1
-                post_links.write(_link(links, qid, int(rng.integers(1, max(qid, 2))), 1, qid))
+                duplicate_links += kind == 3
+                post_links.write(_link(links, post, related, kind, post))
         posts.write("</posts>\n")
         post_links.write("</postlinks>\n")
     return {
         "questions": n,
-        "seed_questions": seeds,
+        "seed_questions": len(_forum.rows),
         "vary": vary,
         "links": links,
         "duplicate_links": duplicate_links,
         "posts_mb": round((out / "Posts.xml").stat().st_size / 2**20, 1),
         "seconds": round(time.perf_counter() - started, 1),
+        "workers": workers,
     }
 
 
@@ -186,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duplicates", type=float, default=0.04)
     parser.add_argument("--linked", type=float, default=0.2)
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--workers", type=int, default=1, help="processes drawing blocks")
     args = parser.parse_args(argv)
     written = write_dump(
         args.out, args.questions, args.seed, args.vary, args.duplicates, args.linked,
-        args.data_dir,
+        args.data_dir, args.workers,
     )  # fmt: skip
     print(json.dumps({"benchmark": "real_text", "out": str(args.out), **written}))
     return 0

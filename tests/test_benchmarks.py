@@ -351,3 +351,34 @@ def test_crash_stress_tells_ties_apart_from_other_differences():
     assert _by_score(clean) != _by_score(
         top(("a", 3.0), ("b", 2.0), ("c", 2.5), ("d", 1.0), ("e", 1.0))
     )
+
+
+def test_real_text_writes_the_same_dump_for_any_number_of_workers(
+    shared_data, tmp_path, monkeypatch
+):
+    """Each block of questions draws from its own random stream, so blocks drawn side by side
+    in processes give the dump one process writes; qres reads it, duplicates and all."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import real_text
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from qres.corpus import duplicate_links
+    from qres.corpus.readers import read_corpus
+
+    monkeypatch.setattr(
+        real_text, "BLOCK", 20_000
+    )  # three blocks, the last a short one of varied questions
+    n = 41_803 + 400
+    one = real_text.write_dump(tmp_path / "one", n, data_dir=shared_data)
+    two = real_text.write_dump(tmp_path / "two", n, data_dir=shared_data, workers=2)
+    for name in ("Posts.xml", "PostLinks.xml"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    assert {k: v for k, v in one.items() if k not in ("seconds", "workers")} == {
+        k: v for k, v in two.items() if k not in ("seconds", "workers")
+    }
+    questions = list(read_corpus(tmp_path / "two" / "Posts.xml"))
+    assert [q.id for q in questions[-2:]] == [str(n - 1), str(n)]
+    assert questions[-1].title != questions[(n - 1) % 41_803].title  # a variant, words varied
+    links = duplicate_links.read(tmp_path / "two" / "PostLinks.xml")
+    assert 0 < two["duplicate_links"] == len(links) < 400

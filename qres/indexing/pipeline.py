@@ -68,6 +68,24 @@ class _Batch:
     vectors: object = None
 
 
+def _whole_runs(encoder) -> bool:
+    """Whether ``encoder`` runs on CUDA as a GPU runs best (rows per run bounded by tokens
+    alone), rather than as on the CPU (a quantized model keeps the CPU's runs everywhere:
+    :func:`qres.encoders.runtime.quantized`)."""
+    on_gpu = "CUDAExecutionProvider" in getattr(encoder, "providers", ())
+    return on_gpu and not getattr(encoder, "runs_as_on_cpu", False)
+
+
+def default_batch_size(encoders: list) -> int:
+    """:data:`GPU_BATCH` when the models encode on CUDA, the CPU's when one of them keeps the
+    CPU's runs (its vectors depend on the questions batched together)."""
+    if any(_whole_runs(e) for e in encoders) and not any(
+        getattr(e, "runs_as_on_cpu", False) for e in encoders
+    ):
+        return GPU_BATCH
+    return CPU_BATCH
+
+
 def default_workers() -> int:
     """Processes for the prepare stage: none on a small machine (the stages' threads share
     its cores already), else one per core beyond the two the other stages keep busy."""
@@ -106,9 +124,8 @@ def index_questions(
     # Re-indexing a file already indexed is then a no-op: a question stored exactly as read
     # (its vectors are there: every model of the index was given) is not written again.
     compare_stored = skip_unchanged and backend.count() > 0
-    on_gpu = any("CUDAExecutionProvider" in getattr(e, "providers", ()) for e in encoders)
     if batch_size is None:
-        batch_size = GPU_BATCH if on_gpu else CPU_BATCH
+        batch_size = default_batch_size(encoders)
     workers = default_workers() if workers is None else workers
     report = IndexReport()
     seen: set[str] = set()
@@ -142,7 +159,7 @@ def index_questions(
         if encoders:
             vectors = {
                 e.fingerprint: e.encode_tokens(
-                    tokens, len(tokens) if on_gpu else None, progress=share
+                    tokens, len(tokens) if _whole_runs(e) else None, progress=share
                 )
                 for e, tokens in zip(encoders, batch.tokens, strict=True)
             }
