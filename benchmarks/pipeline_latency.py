@@ -12,7 +12,8 @@ and in rotating order so all see the same load:
   index's first-stage models (for a model set its transformers,
   :data:`qres.encoders.model_set.FIRST_STAGE`), what ``qres search`` runs;
 * ``hybrid_every_model_first_stage`` — the same with every model's nearest questions, the
-  peer of the one above on an index of a model set (absent otherwise);
+  peer of the one above where the first stage leaves a model out (a model set's GRU, the
+  shipped GRU alone: :func:`qres.encoders.model_set.first_stage_of`; absent otherwise);
 * ``hybrid_shown`` — ``qres search`` whole: the ranking with the results' stored fields read
   for display, a closed duplicate found giving way to its original (:mod:`qres.ranking.
   duplicates`), and its peer ``hybrid_shown_keep_duplicates`` (``--keep-duplicates``).
@@ -97,7 +98,9 @@ def run(args, backend, opened: dict) -> dict:
         "hybrid_bm25_candidates": lambda t: bm25_only.search(t, args.k, with_text=False),
         "hybrid_dense_first_stage": lambda t: dense.search(t, args.k, with_text=False),
     }
-    if dense.first_stage is not None:
+    if dense.first_stage is not None and dense.first_stage != {
+        e.fingerprint for e in dense.encoders
+    }:
         every = SearchPipeline(backend, dense.encoders, dense.fusion)
         every.first_stage, every.follow_duplicates = None, False
         engines["hybrid_every_model_first_stage"] = lambda t: every.search(

@@ -9,7 +9,8 @@ Modes:
 Candidates, in dense and hybrid modes: BM25's top ``candidates`` (K) together with the
 ``dense_candidates`` questions nearest to the query vector (:meth:`Backend.nearest`, cosine
 search over the stored vectors; in an index of several models, each model's nearest,
-or for a model set only its transformers' (:data:`qres.encoders.model_set.FIRST_STAGE`)),
+or for a model set only its transformers' (:data:`qres.encoders.model_set.FIRST_STAGE`); never
+the shipped GRU's, :func:`qres.encoders.model_set.first_stage_of` says why),
 so a duplicate worded unlike its original can still be found. Each dense candidate BM25 did
 not return gets its own BM25 score for the query (0 when it shares no term), and all are
 rescored and fused alike. ``dense_candidates=0``, a backend without nearest-neighbour search,
@@ -217,7 +218,7 @@ class SearchPipeline:
         self._keyed = bool(self.encoders) and len(index_models(meta)) > 1
         # The models whose nearest questions join the candidates (None: every model's).
         self.first_stage: set[str] | None = None
-        if len(self.encoders) > 1:
+        if self.encoders:
             from qres.encoders.model_set import first_stage_of
 
             self.first_stage = first_stage_of([e.fingerprint for e in self.encoders])
@@ -486,7 +487,8 @@ class SearchPipeline:
         held = set(found.ids(range(len(found))))
         extra = []
         for fingerprint, vector in vectors.items():
-            if self.first_stage is not None and fingerprint not in self.first_stage:
+            model = fingerprint or (self.encoders[0].fingerprint if self.encoders else None)
+            if self.first_stage is not None and model not in self.first_stage:
                 continue
             for hit in self.backend.nearest(vector, self.dense_candidates, model=fingerprint):
                 if hit.id not in held:
