@@ -192,7 +192,8 @@ def dense_candidates_option(command):
         show_default=True,
         type=click.IntRange(min=0),
         help="Questions nearest to the query vector that join BM25's candidates in dense and "
-        "hybrid search (0: BM25's candidates alone).",
+        "hybrid search (0: BM25's candidates alone). Each model's nearest but the shipped "
+        "GRU's, and a model set's transformers' only: docs/real-forums.md#dense-first-stage.",
     )(command)
 
 
