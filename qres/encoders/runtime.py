@@ -575,8 +575,10 @@ def _graph(path: Path, card: dict, providers: list[str]) -> str | bytes:
         return cuda_graph.without_integer_ops(path)
     except ImportError:
         log.warning("%s: int8 products run on the CPU (pip install onnx: on the GPU)", path)
-    except ValueError as err:
+    except ValueError as err:  # a graph of another shape
         log.warning("%s; its int8 products run on the CPU", err)
+    except Exception as err:  # noqa: BLE001 - onnx's own errors: the graph as it is still runs
+        log.warning("%s: not rewritten for the GPU (%s); int8 products run on the CPU", path, err)
     return str(path)
 
 

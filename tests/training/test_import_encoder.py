@@ -315,10 +315,12 @@ def test_the_fast_sets_int8_graph_rewritten_for_cuda_gives_the_same_vectors(
     assert isinstance(runtime._graph(graph, fast, cuda), bytes)
 
 
-def test_without_onnx_an_int8_graph_on_cuda_is_loaded_as_it_is(imported, tmp_path, caplog):
+def test_without_onnx_or_its_rewrite_an_int8_graph_on_cuda_loads_as_it_is(
+    imported, tmp_path, caplog, monkeypatch
+):
     import builtins
 
-    from qres.encoders import runtime
+    from qres.encoders import cuda_graph, runtime
     from qres.training.import_encoder import derive_encoder
 
     out, _, _ = imported
@@ -339,3 +341,11 @@ def test_without_onnx_an_int8_graph_on_cuda_is_loaded_as_it_is(imported, tmp_pat
             builtins.__import__ = real_import
     assert loaded == str(graph)
     assert "int8 products run on the CPU (pip install onnx" in caplog.text
+
+    def broken(path):
+        raise RuntimeError("an onnx of another version")
+
+    monkeypatch.setattr(cuda_graph, "without_integer_ops", broken)
+    with caplog.at_level(logging.WARNING, "qres.encoders"):
+        assert runtime._graph(graph, fast, [runtime.CUDA, runtime.CPU]) == str(graph)
+    assert "not rewritten for the GPU (an onnx of another version)" in caplog.text
