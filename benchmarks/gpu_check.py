@@ -52,25 +52,49 @@ STEPS = ("info", "index", "train", "finetune", "default-set", "million")
 FAST = "minilm-int8-64"  # the fast set's one member, as `qres import-encoder fast` names it
 
 
-def run(args: list[str], limit: float, env: dict | None = None) -> dict:
-    """One qres command: its wall seconds, exit status and the end of its output."""
+def run(args: list[str], limit: float, env: dict) -> dict:
+    """One qres command: its wall seconds, exit status ("timeout" past ``limit``), peak RSS,
+    CPU seconds, the GPU's peak memory in use while it ran, and the end of its output."""
     start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            QRES + args, capture_output=True, text=True, timeout=limit, env=env, cwd=ROOT
+    gpu_peak = [0]
+    stop = threading.Event()
+
+    def watch_gpu():
+        query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        while not stop.wait(0.5):
+            try:
+                used = int(subprocess.run(query, capture_output=True, text=True).stdout.split()[0])
+            except (OSError, ValueError, IndexError):
+                return
+            gpu_peak[0] = max(gpu_peak[0], used)
+
+    watcher = threading.Thread(target=watch_gpu, daemon=True)
+    watcher.start()
+    with tempfile.TemporaryFile("w+") as out:
+        child = subprocess.Popen(
+            QRES + args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT
         )
-        status, out = done.returncode, done.stdout + done.stderr
-    except subprocess.TimeoutExpired as err:
-        status, out = "timeout", (err.stdout or b"").decode(errors="replace")
+        killed = threading.Event()
+        timer = threading.Timer(limit, lambda: (killed.set(), child.kill()))
+        timer.start()
+        _, status, usage = os.wait4(child.pid, 0)
+        timer.cancel()
+        stop.set()
+        out.seek(0)
+        text = out.read()
+    rc = "timeout" if killed.is_set() else os.waitstatus_to_exitcode(status)
     seconds = round(time.perf_counter() - start, 2)
-    print(f"[{seconds:7.1f}s] rc={status} qres {' '.join(args)}", flush=True)
-    if status != 0:
-        print(out[-3000:], flush=True)
+    print(f"[{seconds:7.1f}s] rc={rc} qres {' '.join(args)}", flush=True)
+    if rc != 0:
+        print(text[-3000:], flush=True)
     return {
         "command": "qres " + " ".join(args),
         "seconds": seconds,
-        "rc": status,
-        "tail": out[-1500:],
+        "rc": rc,
+        "peak_rss_gb": round(usage.ru_maxrss / 2**20, 2),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+        "gpu_memory_peak_mib": gpu_peak[0],
+        "tail": text[-1500:],
     }
 
 
@@ -94,49 +118,6 @@ def compare(a: Path, b: Path, ids: list[str]) -> dict:
                 "max_abs_diff": float(np.abs(x - y).max()),
             }
     return out
-
-
-def run_measured(args: list[str], limit: float, env: dict) -> dict:
-    """:func:`run`, with the command's peak RSS and the GPU's peak memory in use."""
-    start = time.perf_counter()
-    gpu_peak = [0]
-    stop = threading.Event()
-
-    def watch_gpu():
-        query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-        while not stop.wait(0.5):
-            try:
-                used = int(subprocess.run(query, capture_output=True, text=True).stdout.split()[0])
-            except (OSError, ValueError, IndexError):
-                return
-            gpu_peak[0] = max(gpu_peak[0], used)
-
-    watcher = threading.Thread(target=watch_gpu, daemon=True)
-    watcher.start()
-    with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(
-            QRES + args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT
-        )
-        timer = threading.Timer(limit, child.kill)
-        timer.start()
-        _, status, usage = os.wait4(child.pid, 0)
-        timer.cancel()
-        child.returncode = os.waitstatus_to_exitcode(status)
-        stop.set()
-        out.seek(0)
-        text = out.read()
-    seconds = round(time.perf_counter() - start, 2)
-    rc = child.returncode if child.returncode != -9 else "timeout or killed"
-    print(f"[{seconds:7.1f}s] rc={rc} qres {' '.join(args)}", flush=True)
-    return {
-        "command": "qres " + " ".join(args),
-        "seconds": seconds,
-        "rc": rc,
-        "peak_rss_gb": round(usage.ru_maxrss / 2**20, 2),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
-        "gpu_memory_peak_mib": gpu_peak[0],
-        "tail": text[-1500:],
-    }
 
 
 def script(name: str, args: list[str], limit: float, env: dict, cores: str | None = None) -> dict:
@@ -269,7 +250,7 @@ class Check:
         self.posts = str(parity / "Posts.xml")
         for device in ("cpu", "cuda"):
             index = ["--device", device, "--index-dir", str(self.work / f"parity-{device}")]
-            done = run_measured(
+            done = run(
                 [*index, "index", self.posts, "--model-set", "fast", "--json"], 600, self.env
             )
             done["questions_per_s"] = round(self.opts.parity_questions / done["seconds"], 1)
@@ -284,7 +265,7 @@ class Check:
         posts = str(Path(dump) / "Posts.xml")
         device = self.opts.million_device
         args = ["--device", device, "--index-dir", str(big), "index", posts, "--model-set", "fast"]
-        done = run_measured([*args, "--json"], self.opts.million_limit, self.env)
+        done = run([*args, "--json"], self.opts.million_limit, self.env)
         with contextlib.suppress(json.JSONDecodeError, ValueError):
             report = json.loads(done["tail"][done["tail"].index("{") :])
             done["indexed"], done["index_seconds"] = report["indexed"], report["seconds"]

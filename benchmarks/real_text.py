@@ -84,7 +84,7 @@ def kaggle_questions(data_dir: Path | None = None) -> list[Question]:
 class GrownForum:
     """The seed questions, then variants of them with words varied (see the module)."""
 
-    def __init__(self, data_dir: Path | None = None, seed: int = 0, vary: float = 0.3):
+    def __init__(self, data_dir: Path | None = None, vary: float = 0.3):
         self.rows = list(kaggle_rows(data_dir))
         self.texts = [html_to_text(body) for _, _, body, _ in self.rows]
         words = Counter(w for text in self.texts for w in _WORD.findall(text))
@@ -92,15 +92,14 @@ class GrownForum:
         counts = np.array(list(words.values()), dtype=float)
         self.cumulative = np.cumsum(counts / counts.sum())
         self.vary = vary
-        self.rng = np.random.default_rng(seed)
 
-    def _varied(self, text: str) -> str:
+    def _varied(self, text: str, rng: np.random.Generator) -> str:
         parts = _WORD.split(text)
         words = _WORD.findall(text)
         if not words:
             return text
-        change = self.rng.random(len(words)) < self.vary
-        drawn = np.searchsorted(self.cumulative, self.rng.random(int(change.sum())))
+        change = rng.random(len(words)) < self.vary
+        drawn = np.searchsorted(self.cumulative, rng.random(int(change.sum())))
         drawn = iter([self.vocab[i] for i in np.minimum(drawn, len(self.vocab) - 1)])
         words = [next(drawn) if c else w for w, c in zip(words, change, strict=True)]
         out = [parts[0]]
@@ -108,16 +107,18 @@ class GrownForum:
             out += [word, rest]
         return "".join(out)
 
-    def posts(self, positions: range) -> Iterator[tuple[int, int, str, str, str]]:
+    def posts(
+        self, positions: range, rng: np.random.Generator
+    ) -> Iterator[tuple[int, int, str, str, str]]:
         """(id, seed index, title, HTML body, tags) of the questions at ``positions`` (0 is
-        the first), their words drawn from :attr:`rng`."""
+        the first), their words drawn from ``rng``."""
         seeds = len(self.rows)
         for i in positions:
             s = i % seeds
             _, title, body, tags = self.rows[s]
             if i >= seeds:
-                title = self._varied(title)
-                paragraphs = self._varied(self.texts[s]).split("\n\n")
+                title = self._varied(title, rng)
+                paragraphs = self._varied(self.texts[s], rng).split("\n\n")
                 body = "".join(f"<p>{html.escape(p)}</p>\n" for p in paragraphs if p.strip())
             yield i + 1, s, title, body, tags
 
@@ -137,9 +138,8 @@ def _block(job: tuple[int, int, int, float, float]) -> tuple[str, list[tuple[int
     start, stop, seed, duplicates, linked = job
     forum, seeds = _forum, len(_forum.rows)
     rng = np.random.default_rng([seed, start // BLOCK])
-    forum.rng = rng
     rows, links = [], []
-    for qid, s, title, body, tags in forum.posts(range(start, stop)):
+    for qid, s, title, body, tags in forum.posts(range(start, stop), rng):
         tag_text = "".join(f"<{t}>" for t in tags.split())
         rows.append(
             f'  <row Id="{qid}" PostTypeId="1" CreationDate="{_date(qid)}" '
@@ -160,7 +160,7 @@ def write_dump(
     """Write ``out/Posts.xml`` and ``out/PostLinks.xml``; returns what was written. Blocks of
     :data:`BLOCK` questions are drawn in ``workers`` processes and written in order."""
     global _forum
-    _forum = GrownForum(data_dir, seed, vary)
+    _forum = GrownForum(data_dir, vary)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     links = duplicate_links = 0

@@ -28,14 +28,6 @@ import numpy as np
 QUANTIZE, INTEGER_PRODUCT = "DynamicQuantizeLinear", "MatMulInteger"
 
 
-def has_integer_ops(path: Path) -> bool:
-    """Whether the graph at ``path`` holds dynamically quantized products."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return any(n.op_type in (QUANTIZE, INTEGER_PRODUCT) for n in graph.node)
-
-
 def without_integer_ops(path: Path) -> bytes:
     """The graph at ``path``, serialized, with every ``DynamicQuantizeLinear`` feeding
     ``MatMulInteger`` computed in float32 (see the module). Raises ValueError for a graph of
@@ -62,14 +54,14 @@ def without_integer_ops(path: Path) -> bytes:
             x, (q, scale, zero) = node.input[0], node.output
             for name in (q, zero):
                 if any(r.op_type != INTEGER_PRODUCT for r in readers.get(name, [])):
-                    raise ValueError(f"{path}: {name} is read by more than MatMulInteger")
+                    raise ValueError(f"{name} is read by more than MatMulInteger")
             nodes += _quantize(helper, x, scale, q)
             centred[q] = q + "_centred"
             retyped.update((q, zero))
         elif node.op_type == INTEGER_PRODUCT:
             a, b, _, b_zero = (list(node.input) + ["", "", ""])[:4]
             if a not in centred or b not in weights or (b_zero and b_zero not in weights):
-                raise ValueError(f"{path}: {node.name} is not a dynamically quantized product")
+                raise ValueError(f"{node.name} is not a dynamically quantized product")
             w = numpy_helper.to_array(weights[b]).astype(np.float32)
             if b_zero:
                 w = w - numpy_helper.to_array(weights[b_zero]).astype(np.float32)

@@ -320,9 +320,6 @@ class Encoder:
                 return 1, bulk_threads
             return bulk_threads, 1
 
-        def budget(chosen: list[str]) -> int:
-            return bulk_token_budget(runtime, card, chosen)
-
         if providers:
             threads, parallel = bulk_plan(list(providers))
             return kind(
@@ -331,7 +328,7 @@ class Encoder:
                 vocab,
                 sessions(list(providers), threads),
                 parallel,
-                token_budget=budget(list(providers)),
+                token_budget=bulk_token_budget(runtime, card, providers),
             )
         query_providers = runtime.providers(ort, bulk=False)
         bulk_providers = runtime.providers(ort, bulk=True)
@@ -345,7 +342,7 @@ class Encoder:
             query,
             parallel,
             None if shared else lambda: (sessions(bulk_providers, threads), parallel),
-            token_budget=budget(bulk_providers),
+            token_budget=bulk_token_budget(runtime, card, bulk_providers),
         )
 
     @staticmethod
@@ -575,9 +572,8 @@ def _graph(path: Path, card: dict, providers: list[str]) -> str | bytes:
         return cuda_graph.without_integer_ops(path)
     except ImportError:
         log.warning("%s: int8 products run on the CPU (pip install onnx: on the GPU)", path)
-    except ValueError as err:  # a graph of another shape
-        log.warning("%s; its int8 products run on the CPU", err)
-    except Exception as err:  # noqa: BLE001 - onnx's own errors: the graph as it is still runs
+    except Exception as err:  # noqa: BLE001 - another graph's shape, onnx's own errors: the
+        # graph as it is still runs
         log.warning("%s: not rewritten for the GPU (%s); int8 products run on the CPU", path, err)
     return str(path)
 

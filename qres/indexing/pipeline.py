@@ -79,11 +79,9 @@ def _whole_runs(encoder) -> bool:
 def default_batch_size(encoders: list) -> int:
     """:data:`GPU_BATCH` when the models encode on CUDA, the CPU's when one of them keeps the
     CPU's runs (its vectors depend on the questions batched together)."""
-    if any(_whole_runs(e) for e in encoders) and not any(
-        getattr(e, "runs_as_on_cpu", False) for e in encoders
-    ):
-        return GPU_BATCH
-    return CPU_BATCH
+    if any(getattr(e, "runs_as_on_cpu", False) for e in encoders):
+        return CPU_BATCH
+    return GPU_BATCH if any(_whole_runs(e) for e in encoders) else CPU_BATCH
 
 
 def default_workers() -> int:

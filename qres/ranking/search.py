@@ -487,7 +487,8 @@ class SearchPipeline:
         held = set(found.ids(range(len(found))))
         extra = []
         for fingerprint, vector in vectors.items():
-            model = fingerprint or (self.encoders[0].fingerprint if self.encoders else None)
+            # one model: its vector comes unkeyed (None)
+            model = fingerprint or self.encoders[0].fingerprint
             if self.first_stage is not None and model not in self.first_stage:
                 continue
             for hit in self.backend.nearest(vector, self.dense_candidates, model=fingerprint):
