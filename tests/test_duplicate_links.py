@@ -6,6 +6,7 @@ import gzip
 import json
 
 import pytest
+import tantivy
 from click.testing import CliRunner
 
 from qres.backends.embedded import EmbeddedBackend
@@ -163,6 +164,21 @@ def test_links_made_later_are_not_followed_before_then():
     assert [r.id for r in duplicates.follow(ranked("D"), fetch, 5, before="2014-01-01")[0]] == ["O"]
 
 
+def test_hits_known_not_to_be_closed_are_never_read():
+    fetch = store(closed("D", "O"), closed("O"), closed("X"), closed("Y"))
+    asked = []
+
+    def recording(ids):
+        asked.extend(ids)
+        return fetch(ids)
+
+    shown, _ = duplicates.follow(
+        ranked("X", "D", "Y", "O"), recording, 3, not_closed=lambda ids: {"X", "Y"} & set(ids)
+    )
+    assert [(r.id, r.via) for r in shown] == [("X", None), ("O", "D"), ("Y", None)]
+    assert sorted(asked) == ["D", "O"]  # the duplicate and the original it named
+
+
 def index(tmp_path, questions):
     backend = EmbeddedBackend(tmp_path / "index", create=True)
     index_questions(backend, questions, workers=0)
@@ -198,6 +214,47 @@ def test_search_follows_the_links_and_ranks_deeper_when_duplicates_collapse(tmp_
             "23",
             "24",
         }
+
+
+def test_the_index_marks_closed_duplicates_so_search_reads_only_those(tmp_path):
+    backend = index(tmp_path, duplicate_links.attach(FORUM, CLOSED_AS_DUPLICATES_OF_1))
+    with backend:
+        found = backend.candidates("overstay penalty fine days tipping schengen", 10)
+        ids = found.ids(range(len(found)))
+        assert set(ids) == {q.id for q in FORUM}
+        assert found.not_closed(ids) == {"1", "5"}
+        assert found.not_closed(["unread-id"]) == set()  # only candidates it holds
+        backend.compact()  # documents rewritten keep their marks
+        found = backend.candidates("overstay penalty fine days tipping schengen", 10)
+        assert found.not_closed(found.ids(range(len(found)))) == {"1", "5"}
+
+
+def test_an_index_made_before_the_closed_mark_follows_links_reading_every_hit(
+    tmp_path, monkeypatch
+):
+    from qres.backends.embedded import directory, documents
+
+    def schema_before_mark():
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
+        for name in ("title", "body", "tags"):
+            builder.add_bytes_field(name, stored=True)
+        for name in ("title_terms", "body_terms"):
+            builder.add_text_field(
+                name, index_option="freq", tokenizer_name=documents.TERMS_ANALYZER
+            )
+        builder.add_integer_field("slot", stored=True, fast=True)
+        builder.add_bytes_field("extras", stored=True)
+        return builder.build()
+
+    with monkeypatch.context() as old_qres:
+        old_qres.setattr(directory, "schema", schema_before_mark)
+        index(tmp_path, duplicate_links.attach(FORUM, CLOSED_AS_DUPLICATES_OF_1)).close()
+    with EmbeddedBackend(tmp_path / "index") as backend:
+        found = backend.candidates("overstay penalty fine days", 10)
+        assert found.not_closed(found.ids(range(len(found)))) == set()  # nothing known
+        results = SearchPipeline.for_index(backend, mode="bm25").search("overstay penalty", k=2)
+        assert [r.id for r in results] == ["1", "5"]
 
 
 def test_an_index_without_links_searches_as_before(tmp_path):

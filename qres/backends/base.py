@@ -88,6 +88,12 @@ class Candidates:
         instead of looking them up again."""
         return fetch(ids) if ids else {}
 
+    def not_closed(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` (candidates whose ids were read) known not to be closed as
+        duplicates: following duplicate links need not read their stored questions. A
+        backend that keeps no such mark knows none."""
+        return set()
+
     @staticmethod
     def joined(first: Candidates, second: Candidates) -> Candidates:
         """``first``'s candidates, then ``second``'s (scored for the same query vectors)."""
@@ -114,6 +120,10 @@ class _Joined(Candidates):
         by_row = dict(zip([r for r in rows if r < self._split], first, strict=True))
         by_row |= dict(zip([r for r in rows if r >= self._split], second, strict=True))
         return [by_row[r] for r in rows]
+
+    def not_closed(self, ids):
+        first, second = self._parts
+        return first.not_closed(ids) | second.not_closed(ids)
 
     def stored(self, ids, fetch):
         first, second = self._parts

@@ -48,24 +48,42 @@ def follow(
     fetch: Callable[[Sequence[str]], dict[str, Question]],
     k: int,
     before: str | None = None,
+    not_closed: Callable[[Sequence[str]], set[str]] = lambda ids: set(),
 ) -> tuple[list, dict[str, Question]]:
     """The first ``k`` of ``ranked`` (results best first) with each closed duplicate
     replaced by its originals; also every question read on the way, by id (what the results
-    show is among them). ``ranked`` is read ``k`` at a time, as far as needed."""
+    show is among them). ``ranked`` is read ``k`` first, then as many more as are still
+    missing, as far as needed; the hits that ``not_closed`` names are not read (nothing
+    leads on from them)."""
     stored: dict[str, Question] = {}
     shown: list = []
     seen: set[str] = set()
-    for start in range(0, len(ranked), k):
-        chunk = ranked[start : start + k]
-        stored.update(fetch([r.id for r in chunk if r.id not in stored]))
-        # the originals the chunk's duplicates name, read together (not one read per hit)
-        named = {o for r in chunk if r.id in stored for o in originals(stored[r.id].extras, before)}
-        stored.update(fetch(sorted(named - stored.keys())) if named - stored.keys() else {})
+    start, size = 0, k
+    while start < len(ranked):
+        chunk = ranked[start : start + size]
+        start += size
+        ids = [r.id for r in chunk]
+        plain = not_closed(ids)
+        unread = [qid for qid in ids if qid not in plain and qid not in stored]
+        stored.update(fetch(unread) if unread else {})
+        leading = {qid for qid in ids if qid in stored and originals(stored[qid].extras, before)}
+        # the originals these duplicates name, read together (not one read per hit)
+        named = {o for qid in leading for o in originals(stored[qid].extras, before)}
+        named -= stored.keys()
+        stored.update(fetch(sorted(named)) if named else {})
         for r in chunk:
-            for qid in _landing(r.id, stored, fetch, before, seen):
+            if r.id in leading:
+                landed = _landing(r.id, stored, fetch, before, seen)
+            elif r.id in seen:  # most hits lead nowhere: shown as themselves, once
+                continue
+            else:
+                seen.add(r.id)
+                landed = (r.id,)
+            for qid in landed:
                 shown.append(r if qid == r.id else replace(r, id=qid, via=r.id))
                 if len(shown) == k:
                     return shown, stored
+        size = k - len(shown)  # as many more as are missing (one read each round)
     return shown, stored
 
 

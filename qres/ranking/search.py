@@ -391,7 +391,7 @@ class SearchPipeline:
             ranked, found = self._ranked(text, k, mode, None, query_vector, depth)
             # the ranked questions are read where the search found them, others by id
             fetch = partial(found.stored, fetch=self.backend.fetch)
-            shown, stored = duplicates.follow(ranked, fetch, k, links_before)
+            shown, stored = duplicates.follow(ranked, fetch, k, links_before, found.not_closed)
             if len(shown) >= k or len(ranked) < depth:
                 return shown, stored, found
             depth *= 2

@@ -186,11 +186,12 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         )
         self._generation += 1  # odd while the objects are being replaced (a seqlock)
         self._schema, self._index = index.schema, index
-        self.stores_extras = "extras" in fields_of(engine)  # not in an index made before
+        self._fields = fields_of(engine)  # an index made before extras or closed lacks them
+        self.stores_extras = "extras" in self._fields
         self._identity = identity
         # Last, in one assignment: a read that takes the new snapshot sees all of the above.
         # The swapped-in index numbers its rows anew: nothing read from the old rows holds.
-        self._snapshot = Snapshot(index)
+        self._snapshot = Snapshot(index, marks_closed="closed" in self._fields)
         self._generation += 1
         if old_view is not None:
             shutil.rmtree(old_view, ignore_errors=True)
@@ -292,7 +293,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         try:
             for question, slot, pair in zip(questions, slots, terms, strict=True):
                 writer.delete_documents_by_term("id", question.id)
-                writer.add_document(document(question, pair, slot, self.stores_extras))
+                writer.add_document(document(question, pair, slot, self._fields))
         except ValueError as err:
             raise BackendError(
                 f"{self.path}: cannot write the index ({_engine_failure(self.path, err)}); "
@@ -473,6 +474,7 @@ class _TantivyCandidates(Candidates):
         self._ann = None
         self._row_of: dict[str, int] = {}  # the rows whose ids were asked for, by id
         self._read: dict[int, tantivy.Document] = {}  # documents read for their ids, by row
+        self._closed: list[bool | None] | None = None  # each row's closed mark, once asked
         self.scores = np.array([score for score, _ in hits], dtype=np.float64)
         self.cosine = self.has_vector = self.cosines = None
         if hits and (query_vector is not None or backend._dim(0) is not None):
@@ -510,6 +512,14 @@ class _TantivyCandidates(Candidates):
                     known[slot] = ids[i]
         self._row_of.update(zip(ids, rows, strict=True))
         return ids
+
+    def not_closed(self, ids):
+        if not self._snapshot.marks_closed or not self._addresses:
+            return set()
+        if self._closed is None:  # every hit's mark in one read (None: a document without)
+            self._closed = self._searcher.fast_field_values("closed", self._addresses)
+        row_of, closed = self._row_of, self._closed
+        return {qid for qid in ids if qid in row_of and closed[row_of[qid]] is False}
 
     def stored(self, ids, fetch):
         # Candidates whose ids were asked for are read where the search found them (no

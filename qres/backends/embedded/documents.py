@@ -7,6 +7,9 @@ the query path ranks without touching the document store. ``extras`` (what a for
 beside a question: answer count, score, ...) is a stored-only JSON object, in documents that
 have any; an index made before qres stored extras has no such field (tantivy cannot add one
 to an index): :func:`fields_of` tells, and such an index reads as having none.
+``closed``, a fast field, marks a question closed as a duplicate (its extras name its
+originals), so that search follows duplicate links reading only those hits' documents; an
+index made before it, or a document an older qres wrote, has no mark and its hits are read.
 
 Text is analysed in Python by :func:`qres.text.bm25_terms` (the same function search uses)
 and handed to tantivy pre-split, so the engine never parses user text as query syntax.
@@ -15,13 +18,14 @@ and handed to tantivy pre-split, so the engine never parses user text as query s
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import tantivy
 
 from qres.backends.base import BackendError
 from qres.corpus.readers import Question
+from qres.corpus.stackexchange import DUPLICATE_OF
 from qres.text import bm25_terms
 
 ANALYZERS = ("english", "plain")
@@ -38,6 +42,7 @@ def schema() -> tantivy.Schema:
     builder.add_text_field("body_terms", index_option="freq", tokenizer_name=TERMS_ANALYZER)
     builder.add_integer_field("slot", stored=True, fast=True)
     builder.add_bytes_field("extras", stored=True)  # a JSON object, UTF-8, stored only
+    builder.add_boolean_field("closed", fast=True)
     return builder.build()
 
 
@@ -65,9 +70,10 @@ def fields_of(engine: Path) -> set[str]:
 
 
 def document(
-    question: Question, terms: tuple[str, str], slot: int, with_extras: bool
+    question: Question, terms: tuple[str, str], slot: int, fields_held: Collection[str]
 ) -> tantivy.Document:
-    """The tantivy document of ``question`` (``with_extras``: the index has the field)."""
+    """The tantivy document of ``question`` in an index of ``fields_held`` (:func:`fields_of`:
+    older indexes lack ``extras`` and ``closed``)."""
     fields = {
         "id": question.id,
         "title": question.title.encode(),
@@ -77,9 +83,12 @@ def document(
         "body_terms": terms[1],
         "slot": slot,
     }
+    with_extras = "extras" in fields_held
     if with_extras and question.extras:
         extras = json.dumps(dict(question.extras), ensure_ascii=False, separators=(",", ":"))
         fields["extras"] = extras.encode()
+    if "closed" in fields_held:
+        fields["closed"] = with_extras and DUPLICATE_OF in question.extras
     return tantivy.Document(**fields)
 
 

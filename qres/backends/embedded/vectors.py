@@ -93,8 +93,9 @@ class Snapshot:
     so a read that began on one generation uses that generation's objects only, and what it
     learns is never kept for another (a nearest search's slots and their ids, say)."""
 
-    def __init__(self, index: tantivy.Index | None = None):
+    def __init__(self, index: tantivy.Index | None = None, marks_closed: bool = False):
         self.index = index
+        self.marks_closed = marks_closed  # its documents have the ``closed`` fast field
         self.vectors: dict[int, np.ndarray] = {}  # read-only memory maps, replaced as files grow
         # nearest()'s int8 copies of the vector files and each row's scale (rows are only
         # ever appended, so a copy grows by the new rows)
