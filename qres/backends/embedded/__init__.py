@@ -471,7 +471,7 @@ class _TantivyCandidates(Candidates):
         self._addresses = [address for _, address in hits]
         self._slots: list[int] = []
         self._snapshot = snapshot
-        self._ann = None
+        self._backend, self._has_ann = backend, False  # the ANN file names rows: read if needed
         self._row_of: dict[str, int] = {}  # the rows whose ids were asked for, by id
         self._read: dict[int, tantivy.Document] = {}  # documents read for their ids, by row
         self._closed: list[bool | None] | None = None  # each row's closed mark, once asked
@@ -480,7 +480,7 @@ class _TantivyCandidates(Candidates):
         if hits and (query_vector is not None or backend._dim(0) is not None):
             slots = searcher.fast_field_values("slot", self._addresses)
             self._slots = [-1 if s is None else s for s in slots]
-            self._ann = backend._ann_file(0, snapshot) if backend._dim(0) is not None else None
+            self._has_ann = backend._dim(0) is not None
         if query_vector is None:
             return
         queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}
@@ -500,9 +500,9 @@ class _TantivyCandidates(Candidates):
         slots = [self._slots[row] for row in rows] if self._slots else [-1] * len(rows)
         known = self._snapshot.id_at_slot
         ids = [known.get(slot) for slot in slots]
-        if self._ann is not None and None in ids:
-            named = self._ann.ids_at(np.asarray(slots, np.int64))
-            ids = [qid or other for qid, other in zip(ids, named, strict=True)]
+        ann = self._backend._ann_file(0, self._snapshot) if self._has_ann and None in ids else None
+        if ann is not None:
+            ids = [qid or other for qid, other in zip(ids, ann.ids_at(slots), strict=True)]
         for i, qid in enumerate(ids):
             if qid is None:
                 row, slot = rows[i], slots[i]

@@ -131,6 +131,8 @@ class AnnFile:
             self.removed, self._digests = int(header.get("removed", 0)), header["digests"]
             ids_at, graph_at = int(header["ids_at"]), int(header["graph_at"])
             self._offsets = np.frombuffer(view, np.int64, self.rows + 1, ids_at)
+            # the same offsets as Python ints: a few ids read ~3x faster than through numpy
+            self._offset_at = view[ids_at : ids_at + self._offsets.nbytes].cast("q")
             self._ids = view[ids_at + 8 * (self.rows + 1) : graph_at]
             self._graph = Index.restore(view[graph_at:], view=True)
             self._graph_at = graph_at
@@ -162,20 +164,15 @@ class AnnFile:
     def id_at(self, row: int) -> str | None:
         """The question id row ``row`` held when the file was written (None: not covered,
         or no question's row then)."""
-        if not 0 <= row < self.rows:
-            return None
-        start, end = int(self._offsets[row]), int(self._offsets[row + 1])
-        return bytes(self._ids[start:end]).decode() or None
+        return self.ids_at([row])[0]
 
-    def ids_at(self, rows: np.ndarray) -> list[str | None]:
-        """:meth:`id_at` of each of ``rows`` (read together: a third of the time row by row)."""
-        rows = np.asarray(rows, np.int64)
-        covered = (rows >= 0) & (rows < self.rows)
-        at = np.where(covered, rows, 0)
-        starts = np.where(covered, self._offsets[at], 0).tolist()
-        ends = np.where(covered, self._offsets[at + 1], 0).tolist()
-        ids = self._ids
-        return [bytes(ids[s:e]).decode() or None for s, e in zip(starts, ends, strict=True)]
+    def ids_at(self, rows: Sequence[int] | np.ndarray) -> list[str | None]:
+        """:meth:`id_at` of each of ``rows``."""
+        offset, ids, covered = self._offset_at, self._ids, self.rows
+        return [
+            bytes(ids[offset[r] : offset[r + 1]]).decode() or None if 0 <= r < covered else None
+            for r in np.asarray(rows, np.int64).tolist()
+        ]
 
     def keys(self) -> np.ndarray:
         """The rows in the graph."""
