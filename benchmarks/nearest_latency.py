@@ -17,8 +17,9 @@ Three sources of vectors:
 * ``--index-dir DIR``: that index as it is (no copy); with ``--beams``, timed once per search
   beam (the candidates taken from the graph, ``ann.beam``'s choice otherwise).
 
-With real vectors the queries are titles of the index's own questions (evenly spread)
-encoded by its model as search encodes them (``--index-dir``, ``--vectors-from``); with
+With real vectors the queries are titles of the index's own questions (evenly spread), or
+of the corpus ``--queries-from`` names (``--index-dir``), encoded by its model as search
+encodes them (``--index-dir``, ``--vectors-from``); with
 random ones, random unit vectors. Timed in turn per query: ``nearest`` (what search runs:
 the graph where there is an ANN file, then the stored vectors rank its candidates),
 ``nearest_exact`` (the int8 scan of every row, :meth:`EmbeddedBackend.nearest_exact`) and BM25
@@ -121,10 +122,19 @@ def synthetic(forum: SyntheticForum, docs: int, dim: int, queries: int, k: int) 
     return {"docs": docs, "dim": dim, "vectors": "random", "build_s": round(build_s, 1), **result}
 
 
+def corpus_titles(path: Path, count: int) -> list[str]:
+    """``count`` titles spread evenly over the corpus at ``path``."""
+    from qres.corpus.readers import read_corpus
+
+    titles = [q.title for q in read_corpus(path) if q.title]
+    step = max(1, len(titles) // count)
+    return titles[::step][:count]
+
+
 class RealIndex:
     """An index's questions by vector row, its first-stage model and title queries."""
 
-    def __init__(self, index_dir: Path, queries: int):
+    def __init__(self, index_dir: Path, queries: int, queries_from: Path | None = None):
         from qres.ranking.search import SearchPipeline
 
         self.backend = EmbeddedBackend(index_dir)
@@ -134,12 +144,15 @@ class RealIndex:
         several = len(pipeline.encoders) > 1
         self.model = self.encoder.fingerprint if several else None
         self.number = self.backend._model_number(self.model) if several else 0
-        searcher = self.backend._snapshot.index.searcher()
-        count = searcher.num_docs
-        step = max(1, count // queries)
-        hits = searcher.search(tantivy.Query.all_query(), count, count=False).hits
-        picked = [address for _, address in hits[::step][:queries]]
-        self.titles = [searcher.doc(a).to_dict()["title"][0].decode() for a in picked]
+        if queries_from is not None:
+            self.titles = corpus_titles(queries_from, queries)
+        else:
+            searcher = self.backend._snapshot.index.searcher()
+            count = searcher.num_docs
+            step = max(1, count // queries)
+            hits = searcher.search(tantivy.Query.all_query(), count, count=False).hits
+            picked = [address for _, address in hits[::step][:queries]]
+            self.titles = [searcher.doc(a).to_dict()["title"][0].decode() for a in picked]
         self.query_vectors = np.stack([self.encoder.encode_query(t) for t in self.titles])
 
     def first(self, n: int):
@@ -231,12 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--beams", help="with --index-dir: comma-separated graph beams, each timed in turn"
     )
+    parser.add_argument(
+        "--queries-from",
+        type=Path,
+        help="with --index-dir: titles of this corpus, evenly spread, as the queries "
+        "[the index's own titles]",
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.docs.split(",")]
     report: dict = {"benchmark": "nearest_latency", "k": args.k}
     if args.index_dir:
-        real = RealIndex(args.index_dir, args.queries)
+        real = RealIndex(args.index_dir, args.queries, args.queries_from)
         report["index_dir"] = str(args.index_dir)
+        report["queries_from"] = str(args.queries_from or "the index's own titles")
         report["model"] = Path(real.encoder.model_dir).name
         beams = [int(b) for b in args.beams.split(",")] if args.beams else [None]
         report["results"] = []

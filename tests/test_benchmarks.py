@@ -153,6 +153,16 @@ def test_nearest_latency_times_the_graph_on_real_vectors(tmp_path):
     )  # fmt: skip
     assert [r["beam"] for r in result["results"]] == [None, None]
     assert all(r["recall@10"] == 1.0 for r in result["results"])
+    # queries from another corpus's titles (real titles, where the index holds grown ones)
+    queries = tmp_path / "queries.tsv"
+    queries.write_text(
+        "id\ttitle\tbody\n" + "".join(f"q{i}\twifi {i} drops\tx\n" for i in range(8))
+    )
+    result = bench(
+        "nearest_latency.py", "--index-dir", tmp_path / "ix", "--queries", 4, "--k", 10,
+        "--queries-from", queries,
+    )  # fmt: skip
+    assert result["queries_from"] == str(queries) and result["results"][0]["recall@10"] == 1.0
 
 
 def test_first_stage_recall_reports_each_stage_on_the_travel_forum(shared_data, tmp_path):
