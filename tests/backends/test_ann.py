@@ -342,3 +342,27 @@ def test_qres_info_says_how_each_vector_file_is_searched(tmp_path):
         backend.commit()
         (status,) = backend.ann_status()
         assert status.startswith("vectors.f16: ANN file over its first 100 rows (100 in the graph")
+
+
+def test_a_transformers_vectors_get_a_denser_graph_and_a_graph_keeps_its_own(tmp_path, monkeypatch):
+    """Vectors of ann.DENSE_DIM dimensions or more get twice the edges; a graph extended later
+    keeps the edges it was made with, whatever the rule says then."""
+    monkeypatch.setattr(ann, "DENSE_DIM", 2 * DIM)
+    for dim, edges in ((DIM, ann.CONNECTIVITY), (2 * DIM, ann.DENSE_CONNECTIVITY)):
+        backend = EmbeddedBackend(tmp_path / f"ix{dim}", create=True)
+        rng = np.random.default_rng(dim)
+        rows = rng.normal(size=(60, dim)).astype(np.float32)
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        backend.upsert([Question(f"q{i}", f"question {i}", "body") for i in range(60)], rows)
+        backend.commit()
+        backend.update_nearest()
+        assert ann_file(backend)._graph.connectivity == edges
+        monkeypatch.setattr(ann, "DENSE_DIM", 10**6)  # the rule changes; 30 rows more
+        more = rng.normal(size=(30, dim)).astype(np.float32)
+        more /= np.linalg.norm(more, axis=1, keepdims=True)
+        backend.upsert([Question(f"r{i}", f"question r{i}", "body") for i in range(30)], more)
+        backend.commit()
+        backend.update_nearest()
+        assert ann_file(backend).rows == 90 and ann_file(backend)._graph.connectivity == edges
+        backend.close()
+        monkeypatch.setattr(ann, "DENSE_DIM", 2 * DIM)
