@@ -53,7 +53,7 @@ DEFAULT_DENSE_CANDIDATES = 100
 SNIPPET_CHARS = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Result:
     id: str
     score: float
@@ -71,6 +71,36 @@ class Result:
     # The closed duplicate whose match put this original here, with its rank and scores
     # (qres.ranking.duplicates); None: the question matched itself.
     via: str | None = field(default=None, compare=False)
+
+    def __init__(
+        self,
+        id: str,
+        score: float,
+        bm25: float,
+        cosine: float | None,
+        cosines: tuple[float, ...] | None = None,
+        title: str = "",
+        tags: tuple[str, ...] = (),
+        snippet: str = "",
+        answer_count: int | None = None,
+        extras: Mapping[str, int | str] | None = None,
+        via: str | None = None,
+    ):
+        # The fields set at once: a frozen dataclass's own __init__ sets each one through
+        # object.__setattr__, 1.7 µs a result, a tenth of a BM25 search's time in Python.
+        self.__dict__.update(
+            id=id,
+            score=score,
+            bm25=bm25,
+            cosine=cosine,
+            cosines=cosines,
+            title=title,
+            tags=tags,
+            snippet=snippet,
+            answer_count=answer_count,
+            extras={} if extras is None else extras,
+            via=via,
+        )
 
 
 class _Ranking(Sequence):
