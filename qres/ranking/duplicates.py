@@ -66,10 +66,14 @@ def follow(
         plain = not_closed(ids)
         unread = [qid for qid in ids if qid not in plain and qid not in stored]
         stored.update(fetch(unread) if unread else {})
-        leading = {qid for qid in ids if qid in stored and originals(stored[qid].extras, before)}
-        # the originals these duplicates name, read together (not one read per hit)
-        named = {o for qid in leading for o in originals(stored[qid].extras, before)}
-        named -= stored.keys()
+        # the hits that lead on, and the originals they name, read together (not one read
+        # per hit)
+        leading = {
+            qid: leads
+            for qid in ids
+            if qid in stored and (leads := originals(stored[qid].extras, before))
+        }
+        named = {o for leads in leading.values() for o in leads} - stored.keys()
         stored.update(fetch(sorted(named)) if named else {})
         for r in chunk:
             if r.id in leading:
@@ -88,14 +92,9 @@ def follow(
 
 
 def _landing(qid: str, stored: dict, fetch, before, seen: set[str]) -> list[str]:
-    """Where a hit on ``qid`` leads: itself, or the originals it duplicates (transitively)
-    that the index holds; none already ``seen``, and all of them seen from now on."""
-    question = stored.get(qid)
-    if question is None or DUPLICATE_OF not in question.extras:  # most hits: no link to read
-        if qid in seen:
-            return []
-        seen.add(qid)
-        return [qid]
+    """Where a hit on ``qid``, a closed duplicate, leads: the originals it duplicates
+    (transitively) that the index holds, or itself where it holds none; none already
+    ``seen``, and all of them seen from now on."""
     landed, path, todo = [], set(), [qid]
     while todo:
         current = todo.pop(0)

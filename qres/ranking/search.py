@@ -55,22 +55,23 @@ SNIPPET_CHARS = 200
 
 @dataclass(frozen=True, init=False)
 class Result:
+    # The defaults are __init__'s (below), the only place they are written.
     id: str
     score: float
     bm25: float
     cosine: float | None  # None: no vector for this candidate (or bm25 mode)
-    cosines: tuple[float, ...] | None = None  # with several models: each one's cosine
+    cosines: tuple[float, ...] | None  # with several models: each one's cosine
     # What a forum shows beside a suggestion (empty when searched with ``with_text=False``);
     # not part of a result's identity, which is its ranking.
-    title: str = field(default="", compare=False)
-    tags: tuple[str, ...] = field(default=(), compare=False)
-    snippet: str = field(default="", compare=False)  # the body's first words, whole words
-    answer_count: int | None = field(default=None, compare=False)  # None: not known
+    title: str = field(compare=False)
+    tags: tuple[str, ...] = field(compare=False)
+    snippet: str = field(compare=False)  # the body's first words, whole words
+    answer_count: int | None = field(compare=False)  # None: not known
     # Every stored display field (a dump's score, answer count, accepted answer, closed date).
-    extras: Mapping[str, int | str] = field(default_factory=dict, compare=False)
+    extras: Mapping[str, int | str] = field(compare=False)
     # The closed duplicate whose match put this original here, with its rank and scores
     # (qres.ranking.duplicates); None: the question matched itself.
-    via: str | None = field(default=None, compare=False)
+    via: str | None = field(compare=False)
 
     def __init__(
         self,

@@ -471,16 +471,16 @@ class _TantivyCandidates(Candidates):
         self._addresses = [address for _, address in hits]
         self._slots: list[int] = []
         self._snapshot = snapshot
-        self._backend, self._has_ann = backend, False  # the ANN file names rows: read if needed
+        self._backend = backend  # its ANN file names rows: read when an id is not known
         self._row_of: dict[str, int] = {}  # the rows whose ids were asked for, by id
         self._read: dict[int, tantivy.Document] = {}  # documents read for their ids, by row
         self._closed: list[bool | None] | None = None  # each row's closed mark, once asked
         self.scores = np.array([score for score, _ in hits], dtype=np.float64)
         self.cosine = self.has_vector = self.cosines = None
-        if hits and (query_vector is not None or backend._dim(0) is not None):
+        self._has_ann = backend._dim(0) is not None  # an index with vectors may have one
+        if hits and (query_vector is not None or self._has_ann):
             slots = searcher.fast_field_values("slot", self._addresses)
             self._slots = [-1 if s is None else s for s in slots]
-            self._has_ann = backend._dim(0) is not None
         if query_vector is None:
             return
         queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}

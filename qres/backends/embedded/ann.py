@@ -108,13 +108,13 @@ def graph_settings(dim: int) -> tuple[int, int]:
     return CONNECTIVITY, EXPANSION_ADD
 
 
-def _new_graph(dim: int, connectivity: int | None = None):
+def _new_graph(dim: int):
     edges, expansion_add = graph_settings(dim)
     return _usearch_index()(
         ndim=dim,
         metric="cos",
         dtype="i8",
-        connectivity=connectivity or edges,
+        connectivity=edges,
         expansion_add=expansion_add,
         expansion_search=EF,
     )
@@ -185,7 +185,7 @@ class AnnFile:
         offset, ids, covered = self._offset_at, self._ids, self.rows
         return [
             bytes(ids[offset[r] : offset[r + 1]]).decode() or None if 0 <= r < covered else None
-            for r in np.asarray(rows, np.int64).tolist()
+            for r in (rows.tolist() if isinstance(rows, np.ndarray) else rows)
         ]
 
     def keys(self) -> np.ndarray:
@@ -193,8 +193,9 @@ class AnnFile:
         return np.asarray(self._graph.keys, np.int64)
 
     def graph_copy(self):
-        """The graph loaded into memory, to add rows to."""
-        graph = _new_graph(self._graph.ndim, self._graph.connectivity)  # as it was made
+        """The graph loaded into memory, to add rows to (loading restores the edges it was
+        made with, whatever :func:`graph_settings` says now)."""
+        graph = _new_graph(self._graph.ndim)
         graph.load(memoryview(self._map)[self._graph_at :])
         return graph
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import tantivy
 
 from qres.backends.base import BackendError
+from qres.corpus.duplicate_links import names_originals
 from qres.corpus.readers import Question
-from qres.corpus.stackexchange import DUPLICATE_OF
 from qres.text import bm25_terms
 
 ANALYZERS = ("english", "plain")
@@ -88,7 +88,7 @@ def document(
         extras = json.dumps(dict(question.extras), ensure_ascii=False, separators=(",", ":"))
         fields["extras"] = extras.encode()
     if "closed" in fields_held:
-        fields["closed"] = with_extras and DUPLICATE_OF in question.extras
+        fields["closed"] = with_extras and names_originals([question])
     return tantivy.Document(**fields)
 
 
