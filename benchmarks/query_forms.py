@@ -12,8 +12,11 @@ against ``baseline``: the former README path, ``--model-set fast`` as it was (th
 and MiniLM int8 on 64 tokens, its pairwise fusion), run by ``--baseline-python``, a Python
 whose ``qres`` is the former one (e.g. a venv with a .pth naming a ``git worktree`` of
 edc28f8 given ``--query``, then this venv's site-packages), with its own evaluation indexes
-under ``$QRES_HOME/before`` (the models shared), over the same 216 queries. Needs the sets
-built and the shared data.
+under ``$QRES_HOME/before`` (the models shared), over the same 216 queries. With
+``--before-python``, each of ``--sets`` is also run by that Python's ``qres`` (a worktree of the
+commit before a change, the same way), sharing this qres's evaluation indexes, and compared
+with itself there (``vs NAME before``). ``--links`` picks the link modes. Needs the sets built
+and the shared data.
 """
 
 from __future__ import annotations
@@ -80,20 +83,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default="bm25,minilm,fast", help="bm25 and model sets")
     parser.add_argument("--baseline-python", default=None, help="runs the former qres")
+    parser.add_argument("--before-python", default=None, help="runs each set as it was")
     parser.add_argument("--forms", default=",".join(FORMS))
+    parser.add_argument("--links", default=",".join(LINKS), help="text alone, links followed")
     parser.add_argument("--forum", type=Path, default=None, help="[default: travel]")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args()
     forum = str((args.forum or default_data_dir() / "stackexchange-travel").resolve())
     names = args.sets.split(",") + (["baseline"] if args.baseline_python else [])
+    if args.before_python:
+        names += [f"{name} before" for name in args.sets.split(",")]
     started = time.perf_counter()
     cells, per_query = {}, {}
     for form in args.forms.split(","):
-        for links, flags in LINKS.items():
+        for links in args.links.split(","):
             for name in names:
-                asked = [*ranker_args(name), "--query", form, *flags, "--data-dir", forum]
+                stem = name.removesuffix(" before")
+                asked = [*ranker_args(stem), "--query", form, *LINKS[links], "--data-dir", forum]
                 if name == "baseline":
                     found = evaluate(asked, baseline_env(), args.baseline_python)
+                elif name.endswith(" before"):
+                    found = evaluate(asked, python=args.before_python)
                 else:
                     found = evaluate(asked)
                 key = f"{name} | {form} | {links}"
@@ -103,7 +113,7 @@ def main() -> None:
                 print(key, cells[key], flush=True)
     for key, row in cells.items():
         name, form, links = key.split(" | ")
-        for other in ("bm25", "baseline"):
+        for other in ("bm25", "baseline", f"{name} before"):
             against = f"{other} | {form} | {links}"
             if other == name or against not in per_query:
                 continue
@@ -113,7 +123,7 @@ def main() -> None:
                 "interval": [round(c.ci_low, 2), round(c.ci_high, 2)],
                 "p": round(c.p_value, 4),
             }
-            if other == "bm25":
+            if other == "bm25" and not name.endswith(" before"):
                 row["ratio to bm25"] = round(row["nDCG@10"] / cells[against]["nDCG@10"], 3)
     result = {
         "benchmark": "query_forms",

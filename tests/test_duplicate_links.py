@@ -4,6 +4,7 @@ time each query was closed."""
 
 import gzip
 import json
+from dataclasses import replace
 
 import pytest
 import tantivy
@@ -179,6 +180,32 @@ def test_hits_known_not_to_be_closed_are_never_read():
     assert sorted(asked) == ["D", "O"]  # the duplicate and the original it named
 
 
+def test_an_original_that_several_of_its_duplicates_match_outranks_a_better_single_hit():
+    fetch = store(*(closed(d, "O") for d in ("D1", "D2", "D3")), closed("O"), closed("X"))
+    scores = {"X": 10.0, "D1": 9.0, "D2": 8.5, "D3": 8.0, "Z": 1.0}
+    hits = [Result(i, s, s, None) for i, s in scores.items()]
+    shown, _ = duplicates.follow(hits, fetch, 3)
+    family = 9.0 + duplicates.VOTE * ((8.5 - 1.0) + (8.0 - 1.0))  # above the lowest hit, Z
+    assert [(r.id, r.via, r.score) for r in shown] == [
+        ("O", "D1", family),
+        ("X", None, 10.0),
+        ("Z", None, 1.0),
+    ]
+    # The lowest hit is the zero: BM25's scale or a fused one, the families rank alike.
+    rescaled = [replace(r, score=3 * r.score - 40) for r in hits]
+    assert [r.id for r in duplicates.follow(rescaled, fetch, 3)[0]] == ["O", "X", "Z"]
+    # A top k is the first k of any deeper one.
+    assert duplicates.follow(hits, fetch, 1)[0] == shown[:1]
+
+
+def test_a_top_k_deeper_than_the_voters_families_goes_on_in_rank_order(monkeypatch):
+    monkeypatch.setattr(duplicates, "VOTERS", 2)
+    fetch = store(closed("D1", "O"), closed("D2", "O"), closed("O"), closed("X"), closed("Z"))
+    hits = ranked("X", "D1", "D2", "Z")
+    shown, _ = duplicates.follow(hits, fetch, 3)
+    assert [(r.id, r.via) for r in shown] == [("X", None), ("O", "D1"), ("Z", None)]
+
+
 def index(tmp_path, questions):
     backend = EmbeddedBackend(tmp_path / "index", create=True)
     index_questions(backend, questions, workers=0)
@@ -317,6 +344,30 @@ def test_qres_index_no_links_and_links_file_for_any_format(tmp_path, monkeypatch
     missing = run(cli, [*other, "index", str(tsv), "--links", str(tmp_path / "none.xml")])
     assert missing.exit_code != 0 and "none.xml" in missing.output
     assert "Traceback" not in missing.output
+
+
+def test_qres_search_ranks_the_original_its_duplicates_vote_for_above_a_better_lone_match(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    lone = Question("9", "overstay penalty fine", "overstay penalty fine days at the border")
+    tsv = tmp_path / "forum.tsv"
+    rows = [f"{q.id}\t{q.title}\t{q.body}" for q in [*FORUM, lone]]
+    tsv.write_text("id\ttitle\tbody\n" + "\n".join(rows) + "\n")
+    links = postlinks(
+        tmp_path / "links.xml", [(d, "1", "2012-01-01", 3) for d in "21 22 23 24".split()]
+    )
+    run = CliRunner().invoke
+    assert run(cli, ["index", str(tsv), "--links", str(links)]).exit_code == 0
+
+    def search(*flags):
+        found = run(cli, ["--json", "search", "overstay penalty fine days", *flags])
+        return [(r["id"], r["via"]) for r in json.loads(found.stdout)["results"]]
+
+    # Kept as themselves, the lone question scores best and 1's duplicates trail it ...
+    assert search("--keep-duplicates")[:3] == [("9", None), ("21", None), ("24", None)]
+    # ... but four of them vote for 1, which their best match brings in.
+    assert search() == [("1", "21"), ("9", None), ("5", None)]
 
 
 # An original (1) that shares no word with the query (31); an older duplicate of it (21)

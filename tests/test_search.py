@@ -166,19 +166,20 @@ def test_the_table_shows_answer_counts_when_the_index_holds_any(run, tmp_path):
 
 
 def test_a_ranking_made_as_it_is_read_reads_as_a_list():
-    """A search that follows duplicate links ranks 2k deep but makes results only as the walk
-    reads them: sliced, indexed or iterated, the ranking is the list it stands for."""
+    """A search that follows duplicate links ranks deeper than k but makes results only as
+    they are read: sliced, indexed or iterated, the ranking is the list it stands for."""
     from qres.ranking.search import _Ranking
 
     made = []
 
-    def make(start, stop):
-        made.append((start, stop))
-        return list(range(start, stop))
+    def make(positions):
+        made.append(list(positions))
+        return list(positions)
 
     ranking = _Ranking(make, 20)
-    assert len(ranking) == 20 and ranking[:10] == list(range(10)) and made == [(0, 10)]
-    assert ranking[3] == 3 and made == [(0, 10)]  # already made: not again
+    assert len(ranking) == 20 and ranking[:10] == list(range(10)) and made == [list(range(10))]
+    assert ranking[3] == 3 and len(made) == 1  # already made: not again
+    assert ranking.results([17, 12, 3]) == [17, 12, 3] and made[-1] == [17, 12]  # at once
     assert ranking[15] == 15 and ranking[-1] == 19 and ranking[10:30] == list(range(10, 20))
     assert list(ranking) == list(range(20)) and ranking[::-5] == [19, 14, 9, 4]
     with pytest.raises(IndexError):

@@ -105,31 +105,44 @@ class Result:
 
 
 class _Ranking(Sequence):
-    """The first ``length`` results of a ranking, made as they are first read: a search that
-    follows duplicate links ranks ``2k`` deep in case duplicates give way, but mostly reads
-    only the first ``k`` (each result made costs its id and a :class:`Result`)."""
+    """The first ``length`` results of a ranking, each made when first read: a search that
+    follows duplicate links ranks deeper than ``k`` to let families vote, but shows only
+    ``k`` (each result made costs its id and a :class:`Result`). ``make`` makes the results
+    at a list of positions."""
 
-    def __init__(self, make: Callable[[int, int], list[Result]], length: int):
-        self._make, self._length, self._made = make, length, []
+    def __init__(
+        self,
+        make: Callable[[list[int]], list[Result]],
+        length: int,
+        ids: Callable[[range], list[str]] = lambda rows: [],
+        scores: Sequence[float] = (),
+    ):
+        self._make, self._length, self._made = make, length, {}
+        self._ids, self._scores = ids, scores
 
     def __len__(self) -> int:
         return self._length
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, step = index.indices(self._length)
-            self._read_to(stop if step > 0 else self._length)
-            return self._made[index]
-        position = range(self._length)[index]  # IndexError past the end, as a list
-        self._read_to(position + 1)
-        return self._made[position]
+            return self.results(range(self._length)[index])
+        return self.results([range(self._length)[index]])[0]  # IndexError past the end
 
     def __iter__(self):
         return iter(self[:])
 
-    def _read_to(self, stop: int) -> None:
-        if len(self._made) < stop:
-            self._made += self._make(len(self._made), stop)
+    def results(self, positions: Sequence[int]) -> list[Result]:
+        """The results at ``positions``, those not made yet made at once."""
+        missing = [p for p in positions if p not in self._made]
+        if missing:
+            self._made.update(zip(missing, self._make(missing), strict=True))
+        return [self._made[p] for p in positions]
+
+    def head(self, stop: int) -> tuple[list[str], list[float]]:
+        """The ids and scores of the first ``stop``, without making their results (what
+        the duplicate families vote with)."""
+        stop = min(stop, self._length)
+        return self._ids(range(stop)), list(self._scores[:stop])
 
 
 def answer_count(extras: Mapping) -> int | None:
@@ -417,7 +430,7 @@ class SearchPipeline:
         """The top ``k`` once closed duplicates gave way to their originals, the questions
         read to know it, and the candidates ranked; ranks deeper while duplicates leave fewer
         than ``k``."""
-        depth = 2 * k  # ids are cheap to read; stored questions are read only as needed
+        depth = max(duplicates.VOTERS, 2 * k)
         while True:
             ranked, found = self._ranked(text, k, mode, None, query_vector, depth)
             # the ranked questions are read where the search found them, others by id
@@ -460,18 +473,20 @@ class SearchPipeline:
             found = self.backend.candidates(text, window, only_ids=only_ids)
             if mode == "bm25" or not len(found):
 
-                def bm25_results(start: int, stop: int) -> list[Result]:
-                    scores = found.scores[start:stop].tolist()
-                    ids = found.ids(range(start, stop))
+                def bm25_results(positions: list[int]) -> list[Result]:
+                    scores = found.scores[positions].tolist()
+                    ids = found.ids(positions)
                     return [Result(i, s, s, None) for i, s in zip(ids, scores, strict=True)]
 
-                return _Ranking(bm25_results, min(depth, len(found))), found
+                length = min(depth, len(found))
+                scores = found.scores[:length].tolist()
+                return _Ranking(bm25_results, length, found.ids, scores), found
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         several = len(self.encoders) > 1
         query_vector = self._query_vectors(text, query_vector)
         found = self.candidate_set(text, window, query_vector, only_ids)
         if not len(found):
-            return _Ranking(lambda start, stop: [], 0), found
+            return _Ranking(lambda positions: [], 0), found
         bm25 = found.scores.astype(np.float32)
         cosine, has_vector = found.cosine, found.has_vector
         cosines = [found.cosines[e.fingerprint] for e in self.encoders] if several else [cosine]
@@ -484,8 +499,8 @@ class SearchPipeline:
         order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:depth]
         fallback = normalize_bm25(bm25)
 
-        def fused_results(start: int, stop: int) -> list[Result]:
-            rows = order[start:stop]
+        def fused_results(positions: list[int]) -> list[Result]:
+            rows = order[positions]
             return [
                 Result(
                     qid,
@@ -497,7 +512,10 @@ class SearchPipeline:
                 for qid, i in zip(found.ids(rows), rows, strict=True)
             ]
 
-        return _Ranking(fused_results, len(order)), found
+        shown = np.where(has_vector[order], score[order], fallback[order]).tolist()
+        return _Ranking(
+            fused_results, len(order), lambda rows: found.ids(order[rows]), shown
+        ), found
 
     def candidate_set(
         self, text: str, window: int, query_vector, only_ids: Sequence[str] | None = None
