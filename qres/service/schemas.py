@@ -66,7 +66,10 @@ class HitOut(BaseModel):
     rank: int
     id: str
     title: str
-    score: float = Field(description="The ranking score (fused in hybrid mode).")
+    score: float = Field(
+        description="The ranking score (fused in hybrid mode; for an original that several of "
+        "its closed duplicates matched, raised by their votes)."
+    )
     tags: list[str]
     snippet: str = Field(description="The question's body, its first words.")
     answer_count: int | None = Field(
@@ -82,7 +85,7 @@ class HitOut(BaseModel):
     via: str | None = Field(
         default=None,
         description="The id of the question found, where the forum closed it as a duplicate "
-        "of this one: this original is shown in its place, at its rank and score.",
+        "of this one: this original is shown in its place (the best of its duplicates found).",
     )
     bm25: float | None = Field(default=None, description="With explain: the BM25 score.")
     cosine: float | None = Field(
