@@ -5,8 +5,9 @@ A forum closes a question as a duplicate because another one already has the ans
 ranks a closed duplicate, what it shows at that rank is the original, the way StackExchange
 sends a visitor of a closed question on to it:
 
-* the original takes the duplicate's place and scores, and names it in ``Result.via``; a
-  duplicate of several originals gives way to each, in link order;
+* the original takes the duplicate's place and scores (raised by its family's vote, below),
+  and names it in ``Result.via``; a duplicate of several originals gives way to each, in
+  link order;
 * an original that is itself closed as a duplicate leads on to its own original (cycles are
   cut), and an original already shown higher up is not shown twice: the duplicate is dropped;
 * a duplicate whose originals the index does not hold stays, as itself.
