@@ -104,6 +104,9 @@ class Result:
         )
 
 
+_NO_SCORES = np.empty(0)
+
+
 class _Ranking(Sequence):
     """The first ``length`` results of a ranking, each made when first read: a search that
     follows duplicate links ranks deeper than ``k`` to let families vote, but shows only
@@ -115,7 +118,7 @@ class _Ranking(Sequence):
         make: Callable[[list[int]], list[Result]],
         length: int,
         ids: Callable[[range], list[str]] = lambda rows: [],
-        scores: Sequence[float] = (),
+        scores: np.ndarray = _NO_SCORES,
     ):
         self._make, self._length, self._made = make, length, {}
         self._ids, self._scores = ids, scores
@@ -142,7 +145,7 @@ class _Ranking(Sequence):
         """The ids and scores of the first ``stop``, without making their results (what
         the duplicate families vote with)."""
         stop = min(stop, self._length)
-        return self._ids(range(stop)), list(self._scores[:stop])
+        return self._ids(range(stop)), self._scores[:stop].tolist()
 
 
 def answer_count(extras: Mapping) -> int | None:
@@ -479,8 +482,7 @@ class SearchPipeline:
                     return [Result(i, s, s, None) for i, s in zip(ids, scores, strict=True)]
 
                 length = min(depth, len(found))
-                scores = found.scores[:length].tolist()
-                return _Ranking(bm25_results, length, found.ids, scores), found
+                return _Ranking(bm25_results, length, found.ids, found.scores[:length]), found
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         several = len(self.encoders) > 1
         query_vector = self._query_vectors(text, query_vector)
@@ -497,14 +499,14 @@ class SearchPipeline:
         # (lexsort is stable: equal scores keep their BM25 order too).
         position = np.arange(len(found))
         order = np.lexsort((np.where(has_vector, -score, position), ~has_vector))[:depth]
-        fallback = normalize_bm25(bm25)
+        shown = np.where(has_vector, score, normalize_bm25(bm25))  # no vector: BM25's scale
 
         def fused_results(positions: list[int]) -> list[Result]:
             rows = order[positions]
             return [
                 Result(
                     qid,
-                    float(score[i]) if has_vector[i] else float(fallback[i]),
+                    float(shown[i]),
                     float(bm25[i]),
                     float(cosine[i]) if has_vector[i] else None,
                     tuple(float(c[i]) for c in cosines) if several and has_vector[i] else None,
@@ -512,10 +514,8 @@ class SearchPipeline:
                 for qid, i in zip(found.ids(rows), rows, strict=True)
             ]
 
-        shown = np.where(has_vector[order], score[order], fallback[order]).tolist()
-        return _Ranking(
-            fused_results, len(order), lambda rows: found.ids(order[rows]), shown
-        ), found
+        ranked_ids = lambda rows: found.ids(order[rows])  # noqa: E731
+        return _Ranking(fused_results, len(order), ranked_ids, shown[order]), found
 
     def candidate_set(
         self, text: str, window: int, query_vector, only_ids: Sequence[str] | None = None
