@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -121,3 +122,41 @@ def test_log_queries_on_the_embedded_backend_is_a_clear_error(run):
     assert run("index", DEMO).exit_code == 0
     result = run("search", "usb", "--log-queries")
     assert result.exit_code == 1 and "needs the Elasticsearch backend" in result.output
+
+
+SCRIPT = """
+import sys
+import qres
+{body}
+"""
+TOP_LEVEL = """
+added = qres.Index.open(sys.argv[1], model=sys.argv[2]).add(sys.argv[3], batch_size=60)
+print("added", added.indexed)
+"""
+GUARDED = """
+def main():
+    added = qres.Index.open(sys.argv[1], model=sys.argv[2]).add(sys.argv[3], batch_size=60)
+    print("added", added.indexed)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("body", [TOP_LEVEL, GUARDED], ids=["top-level", "guarded"])
+def test_a_script_indexes_many_batches_with_or_without_a_main_guard(tmp_path, body):
+    # Worker processes start by running the main script again; a script that indexes at
+    # its top level would index again in each one (it hung, or broke the pool, before).
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(body=body), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ix"), str(MODEL), str(DEMO)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=tmp_path,
+        env={**os.environ, "QRES_HOME": str(tmp_path / "home")},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["added", "330"]
+    assert done.stderr == ""

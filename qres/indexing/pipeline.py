@@ -21,6 +21,7 @@ duplicates. A question id seen twice in one run keeps its last version.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import multiprocessing
 import multiprocessing.connection
@@ -93,6 +94,35 @@ def default_workers() -> int:
     return 0 if cores < 2 else min(8, max(1, cores - 2))
 
 
+def runs_in_main_script() -> bool:
+    """Whether this thread was called from the main script's top level, outside an ``if
+    __name__ == "__main__":`` block. A worker process starts by running the main script
+    again (Python's "spawn"), so such a script would index again in each worker (Python
+    refuses that, and the pool breaks or hangs): it prepares its batches in process."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path:  # python -c, a notebook
+        return False
+    frame = sys._getframe()
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)
+    ):
+        frame = frame.f_back
+    if frame is None:  # called from a function of the script, or another thread
+        return False
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return True
+    line = frame.f_lineno
+    return not any(
+        isinstance(node, ast.If)
+        and "__name__" in ast.unparse(node.test)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        for node in tree.body
+    )
+
+
 def index_questions(
     backend: Backend,
     questions: Iterable[Question],
@@ -112,7 +142,8 @@ def index_questions(
     written, ``on_encoded(n)`` as questions are encoded, within a batch (a share of a
     question per model with several models; without a model, when a batch is prepared);
     ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA; ``workers``
-    (default :func:`default_workers`) processes prepare batches; with ``skip_unchanged``, a
+    (default :func:`default_workers`; none from a script's top level:
+    :func:`runs_in_main_script`) processes prepare batches; with ``skip_unchanged``, a
     question stored exactly as read is neither encoded nor written."""
     encoders = _encoders(encoder)
     if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
@@ -128,6 +159,8 @@ def index_questions(
     if batch_size is None:
         batch_size = default_batch_size(encoders)
     workers = default_workers() if workers is None else workers
+    if workers and runs_in_main_script():
+        workers = 0
     report = IndexReport()
     seen: set[str] = set()
     start = time.perf_counter()
