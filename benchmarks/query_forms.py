@@ -15,8 +15,11 @@ edc28f8 given ``--query``, then this venv's site-packages), with its own evaluat
 under ``$QRES_HOME/before`` (the models shared), over the same 216 queries. With
 ``--before-python``, each of ``--sets`` is also run by that Python's ``qres`` (a worktree of the
 commit before a change, the same way), sharing this qres's evaluation indexes, and compared
-with itself there (``vs NAME before``). ``--links`` picks the link modes. Needs the sets built
-and the shared data.
+with itself there (``vs NAME before``). With ``--typing``, each set is also run with ``qres
+evaluate --typing`` (a title form's last word completed as the widget's search does) and
+compared with itself searched as typed (``vs NAME``), e.g. ``--forms
+title-chars:12,title-chars:20,title-chars:30 --typing``. ``--links`` picks the link modes,
+``--split`` the split (choose on ``train``). Needs the sets built and the shared data.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from qres.evaluation.significance import compare  # noqa: E402
 
 FORMS = ("question", "title", "title-words:4")
 LINKS = {"text alone": ["--no-links"], "links followed": []}
+SPLITS = {
+    "test": "test (the newest 216 duplicates of the travel forum, 4,919 questions)",
+    "train": "train (the oldest 864 duplicates of the travel forum, 4,919 questions)",
+}
 
 
 def ranker_args(name: str) -> list[str]:
@@ -61,11 +68,13 @@ def baseline_env() -> dict:
     return {**os.environ, "QRES_HOME": str(before)}
 
 
-def evaluate(args: list[str], env: dict | None = None, python: str = sys.executable) -> dict:
+def evaluate(
+    args: list[str], env: dict | None = None, python: str = sys.executable, split: str = "test"
+) -> dict:
     """``qres evaluate`` run by ``python`` (from a neutral folder, so that its own ``qres`` is
     the one imported), with every path absolute."""
     qres = [python, "-c", "from qres.cli import main; main()"]
-    command = [*qres, "--json", "evaluate", "--dataset", "stackexchange", "--split", "test"]
+    command = [*qres, "--json", "evaluate", "--dataset", "stackexchange", "--split", split]
     done = subprocess.run(
         [*command, *args, "--per-query"],
         capture_output=True,
@@ -88,24 +97,29 @@ def main() -> None:
     parser.add_argument("--links", default=",".join(LINKS), help="text alone, links followed")
     parser.add_argument("--forum", type=Path, default=None, help="[default: travel]")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--typing", action="store_true", help="each set with --typing too")
+    parser.add_argument("--split", default="test", help="test, or train to choose on")
     args = parser.parse_args()
     forum = str((args.forum or default_data_dir() / "stackexchange-travel").resolve())
     names = args.sets.split(",") + (["baseline"] if args.baseline_python else [])
     if args.before_python:
         names += [f"{name} before" for name in args.sets.split(",")]
+    if args.typing:
+        names += [f"{name} typing" for name in args.sets.split(",")]
     started = time.perf_counter()
     cells, per_query = {}, {}
     for form in args.forms.split(","):
         for links in args.links.split(","):
             for name in names:
-                stem = name.removesuffix(" before")
+                stem = name.removesuffix(" before").removesuffix(" typing")
                 asked = [*ranker_args(stem), "--query", form, *LINKS[links], "--data-dir", forum]
+                asked += ["--typing"] if name.endswith(" typing") else []
                 if name == "baseline":
-                    found = evaluate(asked, baseline_env(), args.baseline_python)
+                    found = evaluate(asked, baseline_env(), args.baseline_python, args.split)
                 elif name.endswith(" before"):
-                    found = evaluate(asked, python=args.before_python)
+                    found = evaluate(asked, python=args.before_python, split=args.split)
                 else:
-                    found = evaluate(asked)
+                    found = evaluate(asked, split=args.split)
                 key = f"{name} | {form} | {links}"
                 m = found["metrics"]
                 cells[key] = {"nDCG@10": round(m["nDCG@10"], 2), "R@100": round(m["R@100"], 2)}
@@ -113,9 +127,10 @@ def main() -> None:
                 print(key, cells[key], flush=True)
     for key, row in cells.items():
         name, form, links = key.split(" | ")
-        for other in ("bm25", "baseline", f"{name} before"):
+        typed = name.removesuffix(" typing") if name.endswith(" typing") else None
+        for other in ("bm25", "baseline", f"{name} before", typed):
             against = f"{other} | {form} | {links}"
-            if other == name or against not in per_query:
+            if other is None or other == name or against not in per_query:
                 continue
             c = compare(other, per_query[against], name, per_query[key])
             row[f"vs {other}"] = {
@@ -123,11 +138,11 @@ def main() -> None:
                 "interval": [round(c.ci_low, 2), round(c.ci_high, 2)],
                 "p": round(c.p_value, 4),
             }
-            if other == "bm25" and not name.endswith(" before"):
+            if other == "bm25" and not name.endswith((" before", " typing")):
                 row["ratio to bm25"] = round(row["nDCG@10"] / cells[against]["nDCG@10"], 3)
     result = {
         "benchmark": "query_forms",
-        "split": "test (the newest 216 duplicates of the travel forum, 4,919 questions)",
+        "split": SPLITS.get(args.split, args.split),
         "cells": cells,
         "seconds": round(time.perf_counter() - started, 1),
         "machine": machine(),

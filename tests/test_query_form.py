@@ -27,11 +27,15 @@ def test_forms_cut_the_query_and_keep_what_replays_the_forum():
     assert query_form.apply(Question("8", "", "only a body here"), "title-words:2").text == (
         "only a"
     )
+    assert query_form.apply(q, "title-chars:11").text == "Schengen vi"  # cut mid-word
+    assert query_form.apply(q, "title-chars:14").title == "Schengen visa "  # a finished word
 
 
-@pytest.mark.parametrize("bad", ["titles", "title-words", "title-words:0", "title-words:x", ""])
+@pytest.mark.parametrize(
+    "bad", ["titles", "title-words", "title-words:0", "title-words:x", "title-chars:0", ""]
+)
 def test_unknown_forms_are_refused_in_one_line(bad):
-    with pytest.raises(ValueError, match="question, title, or title-words:N"):
+    with pytest.raises(ValueError, match="question, title, title-words:N or title-chars:N"):
         query_form.check(bad)
 
 
@@ -75,6 +79,7 @@ def test_qres_evaluate_query_title_searches_with_the_title_alone(tmp_path, monke
     # The title "omega puzzle" shares no word with the original; it finds post 3 instead.
     assert _evaluate(folder, "--query", "title")["R@1"] == 0.0
     assert _evaluate(folder, "--query", "title-words:1")["R@1"] == 0.0
+    assert _evaluate(folder, "--query", "title-chars:6")["R@1"] == 0.0
 
 
 def test_qres_evaluate_refuses_an_unknown_query_form(tmp_path, monkeypatch):

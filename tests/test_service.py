@@ -70,6 +70,16 @@ def test_explain_gives_each_signal_and_modes_differ(client):
     assert scores == sorted(scores, reverse=True) and scores[0] == max(h["bm25"] for h in hits)
 
 
+def test_a_title_being_typed_is_searched_with_its_last_word_completed(client):
+    typed = client.get("/search", params={"q": "boot ubuntu from us", "typing": "true"}).json()
+    assert typed["query"] == "boot ubuntu from us" and typed["searched"] == "boot ubuntu from usb"
+    assert typed["results"][0]["id"] == "d128"
+    done = client.get("/search", params={"q": "boot ubuntu from usb"}).json()
+    assert [h["id"] for h in typed["results"]] == [h["id"] for h in done["results"]]
+    as_typed = client.get("/search", params={"q": "boot ubuntu from us"}).json()
+    assert as_typed["searched"] == "boot ubuntu from us"
+
+
 def test_post_search_takes_title_and_body(client):
     answer = client.post(
         "/search",

@@ -229,6 +229,34 @@ def test_a_newer_text_cancels_the_search_in_flight(browser, server):
     assert browser.find_element("css selector", ".qres-similar").get_attribute("aria-busy") is None
 
 
+RECORD_FETCH = """
+window.requested = [];
+const realFetch = window.fetch;
+window.fetch = (url, options) => {
+  window.requested.push(String(url));
+  return realFetch(url, options);
+};
+"""
+
+
+def test_a_word_still_being_typed_is_sent_to_be_completed_and_a_finished_one_is_not(
+    browser, server
+):
+    from urllib.parse import parse_qs, urlsplit
+
+    browser.get(server.url + "/")
+    browser.execute_script(RECORD_FETCH)
+    title = browser.find_element("id", "title")
+    title.send_keys("how do i boot from a us")  # paused mid-word
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    assert "How do I boot Ubuntu from a USB stick?" in [title_of(o) for o in options(browser)]
+    title.send_keys("b stick ")  # a finished word: a space after it
+    wait_for(browser, lambda: browser.execute_script("return window.requested.length") == 2)
+    asked = [parse_qs(urlsplit(u).query) for u in browser.execute_script("return window.requested")]
+    assert asked[0]["q"] == ["how do i boot from a us"] and asked[0]["typing"] == ["true"]
+    assert asked[1]["q"] == ["how do i boot from a usb stick"] and "typing" not in asked[1]
+
+
 def test_a_service_that_is_down_shows_a_clear_error(browser, server, tmp_path):
     browser.get(server.url + "/")
     server.stop()

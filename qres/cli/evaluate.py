@@ -94,8 +94,15 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
     show_default=True,
     metavar="FORM",
     help="What each query searches with: question (its title and body), title (its title "
-    "alone), or title-words:N (the title's first N words: what a widget has while a title "
-    "is being typed).",
+    "alone), title-words:N (the title's first N words: what a widget has while a title "
+    "is being typed) or title-chars:N (its first N characters, the last word often cut).",
+)
+@click.option(
+    "--typing",
+    is_flag=True,
+    help="Search a title query as the widget sends a title being typed: its last word, "
+    "maybe unfinished, completed from the titles of its best BM25 matches (as `qres search "
+    "--typing`).",
 )
 @click.option("--per-query", is_flag=True, help="Also print each query's AP, RR, P@1, P@5.")
 @click.option(
@@ -125,6 +132,7 @@ def evaluate(
     accuracy_at,
     links,
     query,
+    typing,
     per_query,
     save_run,
     compare,
@@ -145,8 +153,9 @@ def evaluate(
                  80%), test (newest 20%).
                  A question found that the forum closed as a duplicate before the
                  query was gives way to its original (--no-links: text alone).
-    --query title (or title-words:N) searches with each query's title (or its
-    first N words) instead of the whole question: what a widget sends.
+    --query title (or title-words:N, title-chars:N) searches with each query's
+    title (or its first N words, characters) instead of the whole question: what a
+    widget sends; --typing completes a cut last word first, as the widget does.
     The qres rankers run the production search path (each query's candidates only,
     or the whole forum), over an evaluation index kept under $QRES_HOME/eval.
     --accuracy-at K adds Acc@K (dos Santos et al. 2015): each query ranks the
@@ -178,6 +187,8 @@ def evaluate(
       qres evaluate --dataset stackexchange --split test --model-set fast --no-links
       qres evaluate --dataset stackexchange --split test --model-set fast --query title
       qres evaluate --dataset stackexchange --split test --ranker bm25 --query title-words:4
+      qres evaluate --dataset stackexchange --split train --model-set minilm --no-links \\
+          --query title-chars:20 --typing
     """
     from qres.evaluation import runner as ev
     from qres.evaluation.rankers import open_eval_index
@@ -185,7 +196,7 @@ def evaluate(
     models = _with_model_set(model_set, models)
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
-        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query)
+        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
     if benchmark.with_links:
@@ -195,7 +206,8 @@ def evaluate(
             highlight=False,
         )
     if benchmark.query_form != "question":
-        console.print(f"queries: {benchmark.query_form} (--query)", highlight=False)
+        typed = ", searched as typed: the last word completed (--typing)" if typing else ""
+        console.print(f"queries: {benchmark.query_form} (--query){typed}", highlight=False)
     if compare and len(rankers) != 2:
         raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
     evaluations = ev.evaluate_rankers(

@@ -64,6 +64,12 @@ def candidates_option(command):
     'place, marked "via" it, where the index holds the forum\'s duplicate links].',
 )
 @click.option(
+    "--typing",
+    is_flag=True,
+    help="TEXT is being typed, as a widget sends it: its last word, maybe unfinished "
+    '("boot from us"), is completed from the titles of its best BM25 matches first.',
+)
+@click.option(
     "--log-queries",
     is_flag=True,
     help="Elasticsearch: record the search (query, mode, latency, top ids) in qres-search-log "
@@ -81,6 +87,7 @@ def search(
     dense_candidates,
     explain,
     keep_duplicates,
+    typing,
     log_queries,
 ):
     """Find the indexed questions most like TEXT.
@@ -89,8 +96,9 @@ def search(
     searched as text, never as query syntax.
 
     \b
-    Example:
+    Examples:
       qres search "boot ubuntu from usb" -k 5 --explain
+      qres search "boot ubuntu from us" --typing
     """
     from qres.ranking.search import SearchPipeline, model_labels
 
@@ -112,7 +120,8 @@ def search(
         signals = model_labels(pipeline.encoders)
         mode = pipeline.mode
         started = time.perf_counter()
-        results = pipeline.search(text, k, mode)
+        searched = pipeline.complete_typed(text) if typing else text
+        results = pipeline.search(searched, k, mode)
         latency_ms = (time.perf_counter() - started) * 1000
         if log_queries:
             _log_search(backend, text, mode, k, latency_ms, results)
@@ -121,6 +130,7 @@ def search(
         obj.emit(
             {
                 "query": text,
+                "searched": searched,
                 "mode": mode,
                 "latency_ms": round(latency_ms, 2),
                 "models": signals,
@@ -133,7 +143,7 @@ def search(
         return
     # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
     table = Table(
-        title=Text(f"{text!r} — {mode}, {latency_ms:.1f} ms"),
+        title=Text(f"{searched!r} — {mode}, {latency_ms:.1f} ms"),
         title_justify="left",
         box=box.SIMPLE_HEAD,  # no side borders: the title column keeps the width
         show_edge=False,

@@ -50,6 +50,9 @@ class Benchmark:
     # A forum indexed with its duplicate links: a closed duplicate found leads to its original.
     with_links: bool = False
     query_form: str = "question"  # what each query searches with (qres.evaluation.query_form)
+    # A title query searched as the widget sends a title being typed: its last word completed
+    # (qres.ranking.completion).
+    typing: bool = False
 
 
 class SetupError(ValueError):

@@ -7,7 +7,10 @@ query can be searched as
 * ``question`` — its title and body (the default, every figure before this option);
 * ``title`` — its title alone;
 * ``title-words:N`` — the first N words of its title (N ≥ 1), what the widget has while
-  the title is being typed.
+  the title is being typed;
+* ``title-chars:N`` — the first N characters of its title, its last word often cut short
+  (what the widget sends when the user pauses mid-word; ``qres evaluate --typing`` searches
+  it as the widget does, :mod:`qres.ranking.completion`).
 
 Only the query's text changes: its id, relevant questions and extras (the date it was closed,
 which replays a forum's duplicate links as they stood) stay, and the index is the same.
@@ -19,7 +22,7 @@ from dataclasses import replace
 
 from qres.corpus.readers import Question
 
-FORMS = ("question", "title", "title-words:N")
+FORMS = ("question", "title", "title-words:N", "title-chars:N")
 DEFAULT = "question"
 
 
@@ -28,11 +31,11 @@ def check(form: str) -> str:
     if form in ("question", "title"):
         return form
     name, _, count = form.partition(":")
-    if name == "title-words" and count.isdigit() and int(count) >= 1:
-        return f"title-words:{int(count)}"
+    if name in ("title-words", "title-chars") and count.isdigit() and int(count) >= 1:
+        return f"{name}:{int(count)}"
     raise ValueError(
-        f"unknown query form {form!r}: question, title, or title-words:N (N a whole number "
-        "of words, 1 or more)"
+        f"unknown query form {form!r}: question, title, title-words:N or title-chars:N (N a "
+        "whole number of words or characters, 1 or more)"
     )
 
 
@@ -45,4 +48,7 @@ def apply(question: Question, form: str) -> Question:
     title = question.title.strip() or question.body.strip()
     if form.startswith("title-words:"):
         title = " ".join(title.split()[: int(form.partition(":")[2])])
+    elif form.startswith("title-chars:"):
+        # a space after the last word kept: it says the word is finished
+        title = " ".join(title.split())[: int(form.partition(":")[2])]
     return replace(question, title=title, body="")

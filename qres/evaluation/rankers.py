@@ -13,6 +13,7 @@ with its score, best first) and ``top(queries, k)`` (the first k of the whole co
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from itertools import islice
 
 import numpy as np
@@ -42,6 +43,13 @@ class PipelineRanker:
     ):
         self.pipeline, self.mode = pipeline, mode
         self.corpus_pipeline = corpus_pipeline or pipeline
+        self.typing = False  # a title query's last word is completed first, as typed
+
+    def _asked(self, question: Question, pipeline: SearchPipeline) -> Question:
+        """``question`` as searched: with :attr:`typing`, its title completed as typed."""
+        if not self.typing:
+            return question
+        return replace(question, title=pipeline.complete_typed(question.title))
 
     def _vector(self, question: Question, pipeline: SearchPipeline):
         """Evaluation encodes the whole question (title and body), as the index does."""
@@ -54,6 +62,7 @@ class PipelineRanker:
     def score(self, query: Question, candidates: Sequence[str]) -> list[tuple[str, float]]:
         """Every candidate with its score, best first; any the index does not return follow,
         in their given order, with score -inf."""
+        query = self._asked(query, self.pipeline)
         vector = self._vector(query, self.pipeline)
         pipeline = self._held_out(query.id)
         results = pipeline.search(
@@ -85,6 +94,7 @@ class PipelineRanker:
         """:meth:`top` with each question's score."""
         tops = []
         for query in queries:
+            query = self._asked(query, self.corpus_pipeline)
             vector = self._vector(query, self.corpus_pipeline)
             pipeline = self.corpus_pipeline
             if pipeline is self.pipeline:  # a forum: the fusion's held-out fold, as in score

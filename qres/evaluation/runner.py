@@ -155,6 +155,7 @@ def evaluate(
             benchmark.corpus,
             dense_candidates=dense_candidates,
         )
+        ranking.typing = benchmark.typing
         questions = [q.question for q in benchmark.queries]
         return score_forum(benchmark, ranker, ranking.top_scored(questions, FORUM_DEPTH))
     if ranker != "given-order" and benchmark.missing_texts:
@@ -180,6 +181,8 @@ def evaluate(
         corpus_backend=corpus_backend if accuracy_at else None,
         dense_candidates=dense_candidates,
     )
+    if ranking is not None:
+        ranking.typing = benchmark.typing
     rankings, pair_labels, pair_scores = [], [], []
     ranked: dict[str, list[tuple[str, float]]] = {}
     for q in benchmark.queries:
@@ -233,10 +236,12 @@ def load_benchmark(
     corpus: Path | None = None,
     links: bool = True,
     query: str = query_form.DEFAULT,
+    typing: bool = False,
 ) -> Benchmark:
     """``split`` of ``dataset`` (one of ``DATASETS``) from ``data_dir`` (the layout's root;
     for android the folder of its files), each query searching in the form ``query``
-    (:mod:`qres.evaluation.query_form`).
+    (:mod:`qres.evaluation.query_form`; ``typing``: a title form searched as it is typed,
+    its last word completed, :mod:`qres.ranking.completion`).
 
     * semeval2016 — queries without a relevant candidate count with AP 0; Acc@k ranks every
       related question of the train and dev files;
@@ -251,6 +256,10 @@ def load_benchmark(
         query = query_form.check(query)
     except ValueError as err:
         raise SetupError("--query", str(err)) from None
+    if typing and not query.startswith("title"):
+        raise SetupError(
+            "--typing", "--typing searches a title as it is typed: add --query title-chars:N"
+        )
     benchmark = _load_benchmark(dataset, split, data_dir, corpus, links)
     if query == query_form.DEFAULT:
         return benchmark
@@ -260,7 +269,7 @@ def load_benchmark(
         replace(q, question=query_form.apply(_query_question(q, benchmark.texts), query))
         for q in benchmark.queries
     ]
-    return replace(benchmark, queries=queries, query_form=query)
+    return replace(benchmark, queries=queries, query_form=query, typing=typing)
 
 
 def _load_benchmark(dataset, split, data_dir, corpus, links) -> Benchmark:

@@ -42,7 +42,7 @@ import numpy as np
 
 from qres.backends.base import Backend, BackendError, Candidates, index_models
 from qres.corpus import duplicate_links
-from qres.ranking import duplicates
+from qres.ranking import completion, duplicates
 from qres.ranking.fusion import DEFAULT, Fusion, normalize_bm25, shipped_fusion_for
 
 MODES = ("bm25", "dense", "hybrid")
@@ -391,6 +391,7 @@ class SearchPipeline:
         *,
         with_text: bool = True,
         links_before: str | None = None,
+        typing: bool = False,
     ) -> list[Result]:
         """Top ``k`` for ``text`` in ``mode`` (default :attr:`mode`); ``query_vector``
         replaces encoding ``text`` (evaluation encodes a whole question, title and body).
@@ -398,8 +399,12 @@ class SearchPipeline:
         count and other extras where stored, read from the index for these k only
         (``with_text=False``: ranking alone, as evaluation does). Searching the whole index,
         a question closed as a duplicate gives way to its original
-        (:mod:`qres.ranking.duplicates`; ``links_before``: only links made before then)."""
+        (:mod:`qres.ranking.duplicates`; ``links_before``: only links made before then).
+        ``typing``: ``text`` is being typed, its last word maybe unfinished
+        (:meth:`complete_typed`)."""
         mode = mode or self.mode
+        if typing and query_vector is None:
+            text = self.complete_typed(text)
         if mode != "bm25" and self.encoder is not None:
             query_vector = self._query_vectors(text, query_vector)
         stored: dict = {}
@@ -428,6 +433,16 @@ class SearchPipeline:
                 )
             shown.append(r)
         return shown
+
+    def complete_typed(self, text: str) -> str:
+        """``text`` with its last word completed from the titles of its best BM25 matches
+        (:mod:`qres.ranking.completion`), as a title being typed is searched."""
+        if completion.last_word(text) is None:
+            return text
+        found = self.backend.candidates(text, completion.CONTEXT)
+        ids = found.ids(range(len(found)))
+        stored = found.stored(ids, self.backend.fetch)
+        return completion.complete(text, [stored[i].title for i in ids if i in stored])
 
     def _following_duplicates(self, text, k, mode, query_vector, links_before):
         """The top ``k`` once closed duplicates gave way to their originals, the questions

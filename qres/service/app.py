@@ -147,10 +147,17 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         explain: Annotated[
             bool, Query(description="Add each result's BM25 score and each model's cosine.")
         ] = False,
+        typing: Annotated[
+            bool,
+            Query(
+                description="The text is being typed: its last word, maybe unfinished, is "
+                "completed from the titles of its best BM25 matches (the widget sends it)."
+            ),
+        ] = False,
     ):
         """Similar questions for a short text: BM25 candidates rescored by the encoder."""
         check_query(q)
-        return answer(service.search(q, "", k, mode, explain), tasks)
+        return answer(service.search(q, "", k, mode, explain, typing), tasks)
 
     @app.post(
         "/search",

@@ -98,6 +98,9 @@ class HitOut(BaseModel):
 
 class SearchOut(BaseModel):
     query: str
+    searched: str = Field(
+        description="The text searched: the query, its last word completed where typing=true."
+    )
     mode: Literal[MODES]
     k: int
     latency_ms: float

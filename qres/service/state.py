@@ -104,7 +104,9 @@ class Service:
 
     # -- searching ---------------------------------------------------------------------------
 
-    def search(self, title: str, body: str, k: int, mode: str | None, explain: bool) -> dict:
+    def search(
+        self, title: str, body: str, k: int, mode: str | None, explain: bool, typing: bool = False
+    ) -> dict:
         mode = mode or self.default_mode
         if mode != "bm25" and self.encoder is None:
             raise ApiError(400, f"mode {mode} needs an index with vectors; this one has none.")
@@ -115,12 +117,14 @@ class Service:
             several = isinstance(vectors, dict)
             vector = {fp: v[0] for fp, v in vectors.items()} if several else vectors[0]
         text = f"{title} {body}".strip()
-        results = self.pipeline.search(text, k, mode, query_vector=vector)
+        searched = self.pipeline.complete_typed(text) if typing and vector is None else text
+        results = self.pipeline.search(searched, k, mode, query_vector=vector)
         seconds = time.perf_counter() - started
         self.metrics.search_seconds.labels(mode).observe(seconds)
         hits = [self._hit(rank, r, explain) for rank, r in enumerate(results, 1)]
         return {
             "query": text,
+            "searched": searched,
             "mode": mode,
             "k": k,
             "latency_ms": round(seconds * 1000, 3),

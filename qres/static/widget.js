@@ -178,7 +178,7 @@
       }
     }
 
-    function search(text) {
+    function search(text, typing) {
       if (pending) pending.abort(); // an older search's answer would be stale
       var mine = (pending = new AbortController());
       var timedOut = false;
@@ -187,7 +187,9 @@
         mine.abort();
       }, timeout);
       box.setAttribute("aria-busy", "true");
-      var url = endpoint + "/search?" + new URLSearchParams({ q: text, k: String(k) });
+      var params = { q: text, k: String(k) };
+      if (typing) params.typing = "true"; // the last word may be unfinished: the server completes it
+      var url = endpoint + "/search?" + new URLSearchParams(params);
       fetch(url, { signal: mine.signal, headers: { Accept: "application/json" } })
         .then(function (response) {
           if (!response.ok) throw new Error("HTTP " + response.status);
@@ -216,6 +218,7 @@
     input.addEventListener("input", function () {
       clearTimeout(timer);
       var text = input.value.trim();
+      var typing = !/\s$/.test(input.value); // a space after the last word: it is finished
       if (text.length < minChars) {
         if (pending) pending.abort();
         pending = shown = null;
@@ -224,7 +227,7 @@
         return;
       }
       timer = setTimeout(function () {
-        if (text !== shown) search(text);
+        if (text !== shown) search(text, typing);
       }, debounce);
     });
 

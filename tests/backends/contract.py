@@ -75,6 +75,16 @@ class BackendContract:
         )
         assert [h.id for h in backend.search("pendrive", 2)] == ["t", "b"]
 
+    def test_a_title_being_typed_is_completed_from_its_best_matches_titles(self, backend):
+        from qres.ranking.search import SearchPipeline
+
+        self.fill(backend)
+        pipeline = SearchPipeline(backend)
+        assert pipeline.complete_typed("bootable us") == "bootable usb"
+        assert pipeline.complete_typed("wifi dr") == "wifi drops"
+        assert pipeline.complete_typed("wifi dr ") == "wifi dr "  # a finished word
+        assert pipeline.complete_typed("zzqx") == "zzqx"  # nothing matches: as typed
+
     def test_k_limits_results(self, backend):
         self.fill(backend)
         assert len(backend.search("ubuntu usb boot windows", 2)) == 2

@@ -1,0 +1,83 @@
+"""A title being typed: its last word, maybe unfinished, completed from the titles of its
+best BM25 matches (qres.ranking.completion), in `qres search --typing`, `/search?typing=true`
+and `qres evaluate --typing`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from qres.cli import cli
+from qres.corpus.readers import Question
+from qres.indexing.pipeline import Index
+from qres.ranking import completion
+from qres.ranking.search import SearchPipeline
+
+TITLES = ["Boot from a USB stick", "usb drive not seen", "US keyboard layout", "Boot from USB"]
+
+
+def test_the_last_word_becomes_the_most_frequent_word_it_starts():
+    assert completion.complete("Boot Ubuntu from us", TITLES) == "Boot Ubuntu from usb"
+    assert completion.complete("bo", TITLES) == "boot"
+    # equal counts: the word of the better match (met first) wins
+    assert completion.complete("st", ["a stick", "a stack"]) == "stick"
+    assert completion.complete("st", ["a stack", "a stick"]) == "stack"
+
+
+@pytest.mark.parametrize(
+    "typed",
+    ["Boot from us ", "Boot from us?", "Boot from zz", "", "  "],
+    ids=["space", "punctuation", "nothing-extends", "empty", "blank"],
+)
+def test_a_finished_or_unknown_last_word_is_searched_as_typed(typed):
+    assert completion.complete(typed, TITLES) == typed
+
+
+def test_a_word_with_inner_punctuation_is_completed_whole():
+    assert completion.last_word("my wi-f") == "wi-f"
+    assert completion.complete("my wi-f", ["wi-fi drops", "wifi card"]) == "my wi-fi"
+    assert completion.last_word("ends here.") is None
+
+
+@pytest.fixture(scope="module")
+def forum(tmp_path_factory):
+    index = tmp_path_factory.mktemp("typing") / "index"
+    questions = [
+        Question("1", "Boot Ubuntu from a USB stick", "the installer on a usb stick"),
+        Question("2", "USB stick not mounted", "my usb stick is not seen"),
+        Question("3", "Ubuntu user password reset", "forgot the password of a user"),
+        Question("4", "Boot menu missing", "grub does not show at boot"),
+    ]
+    with Index.open(index) as ix:
+        ix.add(questions)
+    return index
+
+
+def test_the_pipeline_searches_the_completed_text(forum):
+    with SearchPipeline.open(forum) as pipeline:
+        assert pipeline.complete_typed("boot ubuntu from us") == "boot ubuntu from usb"
+        assert pipeline.complete_typed("boot ubuntu from us ") == "boot ubuntu from us "
+        typed = pipeline.search("boot ubuntu from us", 3, typing=True)
+        assert [r.id for r in typed] == [r.id for r in pipeline.search("boot ubuntu from usb", 3)]
+        assert [r.id for r in typed] != [r.id for r in pipeline.search("boot ubuntu from us", 3)]
+
+
+def test_qres_search_typing_says_what_it_searched(forum):
+    args = ["--json", "--index-dir", str(forum), "search", "usb stick not mou", "-k", "2"]
+    typed = CliRunner().invoke(cli, [*args, "--typing"])
+    assert typed.exit_code == 0, typed.output
+    answer = json.loads(typed.stdout)
+    assert answer["query"] == "usb stick not mou" and answer["searched"] == "usb stick not mounted"
+    assert answer["results"][0]["id"] == "2"
+    plain = json.loads(CliRunner().invoke(cli, args).stdout)
+    assert plain["searched"] == "usb stick not mou"
+
+
+def test_qres_evaluate_typing_needs_a_title_form(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    args = ["evaluate", "--dataset", "stackexchange", "--data-dir", str(tmp_path), "--typing"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "--typing searches a title as it is typed: add --query title-chars:N" in result.output
