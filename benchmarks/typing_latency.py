@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,8 +38,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300)
     args = parser.parse_args()
     posts = args.forum or default_data_dir() / "stackexchange-travel" / "Posts.xml"
-    titles = [" ".join(q.title.split()) for q in read_corpus(posts)]
-    queries = [t[: args.chars] for t in titles if len(t) > args.chars][: args.queries]
+    titles = (" ".join(q.title.split()) for q in read_corpus(posts))
+    queries = list(islice((t[: args.chars] for t in titles if len(t) > args.chars), args.queries))
     with SearchPipeline.open(args.index_dir) as pipeline:
         engines = {
             "as_typed": lambda text: pipeline.search(text, 10),
