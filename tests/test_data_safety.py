@@ -207,7 +207,7 @@ def test_an_open_between_the_renames_finishes_the_swap_and_no_writer_slips_in(
             during["count"] = during["reader"].count()
             second = EmbeddedBackend(tmp_path / "ix")
             try:
-                with pytest.raises(BackendError, match="another qres process"):
+                with pytest.raises(BackendError, match="open for writing elsewhere"):
                     second.acquire_write_lock()
             finally:
                 second.close()
@@ -353,7 +353,7 @@ def test_a_rejected_second_writer_leaves_the_model_record_alone(tmp_path):
     index_questions(first, questions[:10], encoder=TableEncoder({}, fingerprint="first"))
     first.upsert(questions[10:])  # still writing: holds the writer's lock
     second = EmbeddedBackend(tmp_path / "ix")
-    with pytest.raises(BackendError, match="another qres process"):
+    with pytest.raises(BackendError, match="open for writing elsewhere in this process"):
         index_questions(second, questions, encoder=TableEncoder({}, dim=8, fingerprint="other"))
     meta = json.loads((tmp_path / "ix" / "meta.json").read_text())
     assert (meta["model_fingerprint"], meta["vector_dim"]) == ("first", 4)

@@ -17,32 +17,16 @@ from qres.cli.group import (
     json_option,
     model_set_option,
 )
-from qres.cli.output import progress_display
+from qres.cli.output import progress_display, summary_lines
 from qres.corpus import duplicate_links
 from qres.corpus.contents import read_checked, saying_what_is_kept
-from qres.corpus.readers import FORMATS, CorpusError, ReadStats
+from qres.corpus.readers import FORMATS, ReadStats
 
 
-def _read_links(path: Path) -> dict:
-    """The duplicate links of ``path``; an unreadable file's error says how to go without."""
-    try:
-        return duplicate_links.read(path)
-    except CorpusError as err:
-        raise CorpusError(err.path, err.line, f"{err.problem} (--no-links: without them)") from None
-
-
-def _links_beside(corpus: Path, fmt: str) -> Path | None:
-    """A dump's PostLinks.xml beside its Posts.xml, read with it by default."""
-    if fmt != "stackexchange":
-        return None
-    return duplicate_links.beside(corpus)
-
-
-def _counting_closed(questions, closed: dict, seen: list[int]):
-    """``questions``, counting in ``seen[0]`` those the links close as duplicates."""
-    for q in questions:
-        seen[0] += q.id in closed
-        yield q
+def _a_number(value: float) -> float:
+    if value != value:  # nan: every range check passes it
+        raise click.BadParameter("nan is not a number")
+    return value
 
 
 @contextlib.contextmanager
@@ -68,7 +52,8 @@ def _said_if_swapped(obj: Context, backend):
     multiple=True,
     help="Model directory from `qres export-onnx`: store each question's dense vector. "
     "Repeatable: one vector per model; a model new to the index is first computed for "
-    "the questions it holds (only that model's vectors) [default: the models the index holds].",
+    "the questions it holds (only that model's vectors) [default: the models the index holds; "
+    "with --rebuild, none].",
 )
 @click.option(
     "--rewrite",
@@ -99,7 +84,14 @@ def _said_if_swapped(obj: Context, backend):
     show_default=True,
     help="BM25 text analysis of a new index: stemmed with stop words removed, or plain words.",
 )
-@click.option("--title-boost", default=2.0, show_default=True, help="BM25 weight of the title.")
+@click.option(
+    "--title-boost",
+    default=2.0,
+    show_default=True,
+    type=click.FloatRange(min=0, max=1000),
+    callback=lambda ctx, param, value: _a_number(value),
+    help="BM25 weight of the title in a new index.",
+)
 @click.option(
     "--links",
     "links_file",
@@ -163,9 +155,14 @@ def index(
         index_questions,
         search_encoder,
     )
-    from qres.indexing.sources import check_and_record
+    from qres.indexing.sources import check_corpus, held_model_dirs, record_corpus
 
     models = _with_model_set(model_set, models)
+    given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
+    dropped = held_model_dirs(obj.open) if rebuild and not models else []
+    source = click.get_current_context().get_parameter_source
+    settings = {"analyzer": analyzer, "title_boost": title_boost}  # only a new index takes
+    made_with = {n: v for n, v in settings.items() if source(n).name == "COMMANDLINE"}
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     # The first question is read before the index is opened: a file without one creates nothing
@@ -173,20 +170,22 @@ def index(
     questions, read_as = read_checked(corpus, fmt, skip_bad, stats)
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
     with _said_if_swapped(obj, backend), backend, progress_display() as progress:
-        check_and_record(backend, corpus, mix)
+        check_corpus(backend, corpus, mix, {} if rebuild else made_with)
+        encoders = given
         if not models and not rebuild:  # the models the index was built with, as search does
-            models = index_model_dirs(backend)
-        encoders = [search_encoder(m, obj.device) for m in models]
+            encoders = [search_encoder(m, obj.device) for m in index_model_dirs(backend)]
         encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
         check_keeps_vectors(backend, encoder)
-        links_file = None if no_links else links_file or _links_beside(corpus, read_as)
+        beside = duplicate_links.beside(corpus) if read_as == "stackexchange" else None
+        links_file = None if no_links else links_file or beside  # a dump's, by default
         closed = {}
         if links_file:  # read whole before the posts: a spinner while a big dump's are read
             reading = progress.add_task(f"reading {links_file.name}", total=None, rate="")
-            closed = _read_links(links_file)
+            closed = duplicate_links.read(links_file, hint="--no-links: without them")
             progress.update(reading, total=1, completed=1)
         closed_read = [0]
-        questions = _counting_closed(duplicate_links.attach(questions, closed), closed, closed_read)
+        questions = duplicate_links.attach(questions, closed)
+        questions = duplicate_links.counting(questions, closed, closed_read)
         task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
         started = time.perf_counter()
 
@@ -201,10 +200,12 @@ def index(
                 questions,
                 encoder=encoder,
                 batch_size=batch_size,
+                on_batch=lambda n: record_corpus(backend, corpus),  # once questions go in
                 on_encoded=advance,
                 workers=workers,
                 skip_unchanged=not rewrite,
             )
+            record_corpus(backend, corpus)
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()
     obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
@@ -224,26 +225,10 @@ def index(
         "closed_duplicates_known": len(closed),
         "closed_duplicates_read": closed_read[0],
         "skipped_examples": stats.problems,
+        "vectors_dropped": [Path(d).name for d in dropped] if encoder is None else [],
     }
     if obj.as_json:
         obj.emit(summary)
         return
-    console.print(
-        f"indexed {report.indexed:,} questions in {report.seconds:.1f}s "
-        f"({report.docs_per_second:,.0f}/s); {stats.skipped:,} skipped, "
-        f"{report.duplicates:,} duplicate ids (last kept), {stats.truncated:,} truncated, "
-        f"{report.unchanged:,} already indexed as they are; "
-        f"index now holds {total:,}" + (" with vectors" if encoder else "")
-    )
-    if links_file:
-        elsewhere = len(closed) - closed_read[0]
-        others = f" ({elsewhere:,} more not in it)" if elsewhere else ""
-        console.print(
-            f"{links_file.name} closes {closed_read[0]:,} of the questions of {corpus.name} as "
-            f"duplicates{others}: search shows their originals in their place",
-            highlight=False,
-        )
-    if compacted:
-        console.print(f"compacted the index: {compacted:,} dead vector rows reclaimed")
-    for problem in stats.problems:
-        console.print(f"  skipped: {problem}", highlight=False, markup=False)
+    for line in summary_lines(summary):
+        console.print(line, highlight=False, markup=False)

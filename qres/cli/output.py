@@ -53,3 +53,34 @@ def progress_display() -> Progress:
         console=console,
         disable=not console.is_terminal,
     )
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """What ``qres index`` says when it is done, from its ``--json`` summary."""
+    name = os.path.basename(summary["corpus"])
+    lines = [
+        f"indexed {summary['indexed']:,} questions in {summary['seconds']:.1f}s "
+        f"({summary['docs_per_second']:,.0f}/s); {summary['skipped']:,} skipped, "
+        f"{summary['duplicates_replaced']:,} duplicate ids (last kept), "
+        f"{summary['truncated']:,} truncated, {summary['unchanged']:,} already indexed as they "
+        f"are; index now holds {summary['index_size']:,}"
+        + (" with vectors" if summary["vectors"] else "")
+    ]
+    if summary["duplicate_links"]:
+        read, known = summary["closed_duplicates_read"], summary["closed_duplicates_known"]
+        others = f" ({known - read:,} more not in it)" if known > read else ""
+        lines.append(
+            f"{os.path.basename(summary['duplicate_links'])} closes {read:,} of the questions of "
+            f"{name} as duplicates{others}: search shows their originals in their place"
+        )
+    if summary["vectors_dropped"]:
+        lines.append(
+            f"rebuilt without vectors: the index held those of "
+            f"{', '.join(summary['vectors_dropped'])}; to keep them, rebuild with --model-set "
+            "NAME or --model DIR"
+        )
+    if summary["compacted_dead_vector_rows"]:
+        rows = summary["compacted_dead_vector_rows"]
+        lines.append(f"compacted the index: {rows:,} dead vector rows reclaimed")
+    lines += [f"  skipped: {problem}" for problem in summary["skipped_examples"]]
+    return lines

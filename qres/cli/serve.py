@@ -21,7 +21,9 @@ from qres.cli.search import candidates_option
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, help="TCP port.")
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port."
+)
 @click.option(
     "--workers",
     default=1,

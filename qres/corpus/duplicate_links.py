@@ -72,9 +72,15 @@ def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
         raise CorpusError(path, err.line, str(err)) from None
 
 
-def read(path: str | Path) -> DuplicateLinks:
-    """Every duplicate of the file's links with its originals, oldest link first."""
-    return DuplicateLinks(read_links(Path(path)))
+def read(path: str | Path, hint: str = "") -> DuplicateLinks:
+    """Every duplicate of the file's links with its originals, oldest link first; ``hint``
+    ends the message of a file that cannot be read (what to do instead)."""
+    try:
+        return DuplicateLinks(read_links(Path(path)))
+    except CorpusError as err:
+        if not hint:
+            raise
+        raise CorpusError(err.path, err.line, f"{err.problem} ({hint})") from None
 
 
 class DuplicateLinks(Mapping):
@@ -182,4 +188,11 @@ def attach(questions: Iterable[Question], links: Links) -> Iterator[Question]:
                 DUPLICATE_DATES: " ".join(d or "-" for _, d in mine),  # "-": undated
             }
             q = replace(q, extras=extras)
+        yield q
+
+
+def counting(questions: Iterable[Question], closed: Mapping, seen: list[int]) -> Iterator[Question]:
+    """``questions``, counting in ``seen[0]`` those ``closed`` closes as duplicates."""
+    for q in questions:
+        seen[0] += q.id in closed
         yield q

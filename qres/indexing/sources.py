@@ -22,10 +22,18 @@ def source(corpus: str | Path) -> str:
     return str(Path(corpus).resolve()) if Path(corpus).is_file() else str(corpus)
 
 
-def check_and_record(backend: Backend, corpus: str | Path, mix: bool) -> None:
+def check_corpus(backend: Backend, corpus: str | Path, mix: bool, made_with: dict) -> None:
     """Refuse, before anything is written, a corpus other than the ones an index holding
-    questions was built from, unless ``mix`` (one line naming both and the ways on); record
-    ``corpus`` among them otherwise."""
+    questions was built from, unless ``mix`` (one line naming both and the ways on); and
+    settings only a new index takes (``made_with``: analyzer, title_boost) that differ from
+    those the index was made with, rather than ignore them."""
+    meta = backend.metadata()
+    for name, value in made_with.items():
+        if name in meta and meta[name] != value:
+            raise BackendError(
+                f"--{name.replace('_', '-')} {value}: this index was made with {meta[name]}, "
+                f"which only a new index changes: add --rebuild to index it anew with {value}"
+            )
     path, held, count = source(corpus), corpora(backend), backend.count()
     if path in held:
         return
@@ -36,7 +44,26 @@ def check_and_record(backend: Backend, corpus: str | Path, mix: bool) -> None:
             "index with --index-dir DIR, replace the index with --rebuild, or mix them with "
             "--add-to-existing"
         )
-    backend.set_metadata({CORPORA: [*held, path] if count > 0 else [path]})
+
+
+def held_model_dirs(open_index) -> list[str]:
+    """The model directories of the index ``open_index()`` opens as it is (none where there
+    is no index yet)."""
+    from qres.indexing.pipeline import index_model_dirs
+
+    try:
+        with open_index() as live:
+            return index_model_dirs(live)
+    except BackendError:
+        return []
+
+
+def record_corpus(backend: Backend, corpus: str | Path) -> None:
+    """Record ``corpus`` among those the index was built from (once its first questions are
+    written: a run that fails before then leaves the index's record as it was)."""
+    path, held = source(corpus), corpora(backend)
+    if path not in held:
+        backend.set_metadata({CORPORA: [*held, path] if backend.count() > 0 else [path]})
 
 
 def shown(path: str) -> str:

@@ -51,6 +51,7 @@ from qres.backends.embedded.directory import (
     WORK_DIRS,
     WriterLock,
     check_replaceable,
+    check_settings,
     complete_interrupted_swap,
     identity_of,
     init_dir,
@@ -137,6 +138,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         self._reloading = threading.Lock()
         self._generation = 0
         complete_interrupted_swap(self.live_path)
+        if create or rebuild:
+            check_settings(settings)  # before anything is made
         try:
             if rebuild:
                 self.begin_rebuild()
@@ -365,7 +368,9 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         if query is None or k <= 0:
             return _TantivyCandidates(self, snapshot, None, [], query_vector)
         searcher = snapshot.index.searcher()
-        hits = searcher.search(query, k, count=False).hits
+        # tantivy sets aside room for k hits up front: a k past the index's size (a typo's
+        # -k 3000000000) would abort the process, not fail.
+        hits = searcher.search(query, min(k, max(1, searcher.num_docs)), count=False).hits
         return _TantivyCandidates(self, snapshot, searcher, hits, query_vector)
 
     def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:

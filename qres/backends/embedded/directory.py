@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import json
 import logging
+import math
 import os
 import re
 import shutil
 import signal
 import threading
+import weakref
 from pathlib import Path
 
 import tantivy
@@ -182,15 +185,29 @@ def read_meta(meta_path: Path) -> dict:
     return meta
 
 
-def init_dir(path: Path, settings: dict) -> None:
-    """Make ``path`` an empty index (``settings``: analyzer, title_boost, vector_dtype, and
-    ``meta``, further metadata to record)."""
+def check_settings(settings: dict) -> None:
+    """Refuse settings a new index cannot be made with, in one line each."""
     analyzer = settings.get("analyzer", "english")
     if analyzer not in ANALYZERS:
         raise BackendError(f"unknown analyzer {analyzer!r} (one of {', '.join(ANALYZERS)})")
     dtype = settings.get("vector_dtype", "float16")
     if dtype not in ("float16", "float32"):
         raise BackendError(f"unknown vector_dtype {dtype!r} (float16 or float32)")
+    boost = settings.get("title_boost", 2.0)
+    try:
+        finite = math.isfinite(float(boost)) and float(boost) >= 0
+    except (TypeError, ValueError):
+        finite = False
+    if not finite:
+        raise BackendError(f"title_boost must be a number of at least 0, got {boost!r}")
+
+
+def init_dir(path: Path, settings: dict) -> None:
+    """Make ``path`` an empty index (``settings``: analyzer, title_boost, vector_dtype, and
+    ``meta``, further metadata to record)."""
+    check_settings(settings)
+    analyzer = settings.get("analyzer", "english")
+    dtype = settings.get("vector_dtype", "float16")
     check_replaceable(path)
     # tantivy first, meta.json last: meta.json is what makes a directory an index.
     shutil.rmtree(path / "tantivy", ignore_errors=True)
@@ -231,6 +248,10 @@ def _size_text(n: int) -> str:
     return f"{n} B"
 
 
+# The writer locks this process holds, by index path (gone when their file is closed).
+_LOCKED_HERE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
 def lock_dir(path: Path):
     """The open ``writer.lock`` of the index at ``path``, held (flock) until closed; refused
     while another process holds it. ``path`` is created if missing, but never while
@@ -257,10 +278,22 @@ def lock_dir(path: Path):
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        lock.close()
-        raise BackendError(
-            f"{path} is being written by another qres process: wait for it to end"
-        ) from None
+        # An index this process opened and dropped (an Index whose add() failed, kept only
+        # by the exception's traceback) holds the lock until collected: collect, try again.
+        gc.collect()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            mine = _LOCKED_HERE.get(str(path.resolve()))
+            here = mine is not None and not mine.closed
+            raise BackendError(
+                f"{path} is open for writing elsewhere in this process: close that Index or "
+                "backend first (or open it in a with block)"
+                if here
+                else f"{path} is being written by another qres process: wait for it to end"
+            ) from None
+    _LOCKED_HERE[str(path.resolve())] = lock
     return lock
 
 

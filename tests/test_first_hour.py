@@ -1,0 +1,120 @@
+"""Mistakes a new user makes in the first hour, each answered in one line with nothing
+changed: a typo's huge -k, a title boost that is not a number, an option only a new index
+takes, a run that fails before any question is written, a rebuild that drops vectors, an
+Index left open by an error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qres import Index
+from qres.backends.base import BackendError
+from qres.backends.embedded import EmbeddedBackend
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "qres" / "models" / "default"
+FORUM = "id\ttitle\tbody\nq1\tNew title cherry\tbody text\nq2\tbanana bread\tbaking\n"
+OTHER = "id\ttitle\tbody\nother1\tOther forum question\tbody\n"
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "forum.tsv").write_text(FORUM)
+    (tmp_path / "other.tsv").write_text(OTHER)
+    return tmp_path
+
+
+def test_a_k_past_the_index_size_answers_instead_of_aborting(run, files):
+    ix = files / "ix"
+    assert run("index", files / "forum.tsv", "--index-dir", ix).exit_code == 0
+    found = run("--json", "search", "cherry", "-k", 3_000_000_000, "--index-dir", ix)
+    assert found.exit_code == 0, found.output
+    assert [r["id"] for r in json.loads(found.stdout)["results"]] == ["q1"]
+    with EmbeddedBackend(ix) as backend:
+        assert [h.id for h in backend.search("cherry bread", 3_000_000_000)] in (
+            ["q1", "q2"],
+            ["q2", "q1"],
+        )
+        assert backend.nearest([1.0, 0.0], 3_000_000_000) == []  # no vectors: none
+
+
+@pytest.mark.parametrize("boost", ["nan", "inf", "-3"])
+def test_a_title_boost_that_is_not_a_weight_is_refused_and_makes_nothing(run, files, boost):
+    done = run("index", files / "forum.tsv", "--index-dir", files / "ix", "--title-boost", boost)
+    assert done.exit_code == 2 and "--title-boost" in done.output
+    assert not (files / "ix").exists()
+    with pytest.raises(BackendError, match="title_boost must be a number of at least 0"):
+        EmbeddedBackend(files / "api", create=True, title_boost=float(boost))
+    assert not (files / "api").exists()
+
+
+def test_an_option_only_a_new_index_takes_is_refused_on_an_existing_one(run, files):
+    ix = files / "ix"
+    assert run("index", files / "forum.tsv", "--index-dir", ix, "--title-boost", 3).exit_code == 0
+    again = run("index", files / "forum.tsv", "--index-dir", ix, "--title-boost", 5)
+    assert again.exit_code == 1
+    assert "--title-boost 5.0: this index was made with 3.0" in again.output
+    assert "add --rebuild" in again.output
+    plain = run("index", files / "forum.tsv", "--index-dir", ix, "--analyzer", "plain")
+    assert plain.exit_code == 1 and "made with english" in plain.output
+    assert run("index", files / "forum.tsv", "--index-dir", ix, "--title-boost", 3).exit_code == 0
+    rebuilt = run("index", files / "forum.tsv", "--index-dir", ix, "--rebuild", "--title-boost", 5)
+    assert rebuilt.exit_code == 0
+    with EmbeddedBackend(ix) as backend:
+        assert backend.metadata()["title_boost"] == 5.0
+
+
+def test_a_run_that_fails_before_writing_records_no_corpus_and_makes_no_index(run, files):
+    ix = files / "ix"
+    assert run("index", files / "forum.tsv", "--index-dir", ix, "--model", MODEL).exit_code == 0
+    with EmbeddedBackend(ix) as backend:
+        before = backend.metadata()
+    # a links file that is not there fails the run after the index is opened
+    missing = files / "PostLinks.xml"
+    args = ("--index-dir", ix, "--add-to-existing", "--links", missing)
+    failed = run("index", files / "other.tsv", *args)
+    assert failed.exit_code == 1 and "PostLinks.xml" in failed.output
+    with EmbeddedBackend(ix) as backend:
+        assert backend.metadata() == before and backend.count() == 2
+    # so the other corpus is still refused without --add-to-existing
+    refused = run("index", files / "other.tsv", "--index-dir", ix, "--model", MODEL)
+    assert refused.exit_code == 1 and "other.tsv: give it its own index" in refused.output
+    # a model directory that is not one: nothing is made
+    bad = run("index", files / "forum.tsv", "--index-dir", files / "new", "--model", files)
+    assert bad.exit_code == 1 and "model card not found" in bad.output
+    assert not (files / "new").exists()
+
+
+def test_a_rebuild_without_a_model_says_it_dropped_the_vectors(run, files):
+    ix = files / "ix"
+    assert run("index", files / "forum.tsv", "--index-dir", ix, "--model", MODEL).exit_code == 0
+    rebuilt = run("index", files / "forum.tsv", "--index-dir", ix, "--rebuild")
+    assert rebuilt.exit_code == 0
+    assert "rebuilt without vectors: the index held those of default" in rebuilt.output
+    kept = run("index", files / "forum.tsv", "--index-dir", ix, "--rebuild", "--model", MODEL)
+    assert "without vectors" not in kept.output
+
+
+def test_an_index_an_error_left_open_is_reclaimed_and_one_still_open_is_named(files):
+    bad = files / "bad.tsv"
+    bad.write_text("id\ttitle\tbody\nq1\tA\tb\nq2\tbroken\n")
+    with pytest.raises(Exception, match="bad.tsv:3"):
+        Index.open(files / "api").add(bad)  # the Index is dropped, its lock with it
+    bad.write_text("id\ttitle\tbody\nq1\tA\tb\nq2\tfixed\tc\n")
+    assert Index.open(files / "api").add(bad).indexed == 2  # not "another process"
+    held = Index.open(files / "api")
+    held.add(bad)
+    with pytest.raises(BackendError, match="open for writing elsewhere in this process"):
+        Index.open(files / "api").add(bad)
+    held.close()
+    with Index.open(files / "api") as reopened:
+        assert reopened.count() == 2
+
+
+@pytest.mark.parametrize("port", ["99999", "-5"])
+def test_a_port_out_of_range_is_refused_naming_the_port(run, port):
+    refused = run("serve", "--port", port)
+    assert refused.exit_code == 2 and "'--port'" in refused.output
