@@ -118,3 +118,21 @@ def test_an_index_an_error_left_open_is_reclaimed_and_one_still_open_is_named(fi
 def test_a_port_out_of_range_is_refused_naming_the_port(run, port):
     refused = run("serve", "--port", port)
     assert refused.exit_code == 2 and "'--port'" in refused.output
+
+
+def test_a_tsv_header_in_any_column_order_is_read_as_tsv(run, tmp_path):
+    corpus = tmp_path / "order.tsv"
+    corpus.write_text("title\tid\ttags\tbody\nCherry pie\tz1\tbaking\tcrust and filling\n")
+    done = run("index", corpus, "--index-dir", tmp_path / "ix")
+    assert done.exit_code == 0, done.output
+    assert "indexed 1 question in" in done.output  # one question, not "1 questions"
+    found = run("--json", "search", "cherry", "--index-dir", tmp_path / "ix")
+    assert json.loads(found.stdout)["results"][0]["id"] == "z1"
+
+
+def test_a_pasted_long_query_heads_the_table_on_one_line(run, files):
+    assert run("index", files / "forum.tsv", "--index-dir", files / "ix").exit_code == 0
+    long = "cherry " * 500
+    shown = run("search", long, "--index-dir", files / "ix")
+    assert shown.exit_code == 0 and "q1" in shown.output
+    assert long.strip() not in shown.output and "…" in shown.output

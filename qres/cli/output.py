@@ -57,9 +57,9 @@ def progress_display() -> Progress:
 
 def summary_lines(summary: dict) -> list[str]:
     """What ``qres index`` says when it is done, from its ``--json`` summary."""
-    name = os.path.basename(summary["corpus"])
+    name, indexed = os.path.basename(summary["corpus"]), summary["indexed"]
     lines = [
-        f"indexed {summary['indexed']:,} questions in {summary['seconds']:.1f}s "
+        f"indexed {indexed:,} question{'' if indexed == 1 else 's'} in {summary['seconds']:.1f}s "
         f"({summary['docs_per_second']:,.0f}/s); {summary['skipped']:,} skipped, "
         f"{summary['duplicates_replaced']:,} duplicate ids (last kept), "
         f"{summary['truncated']:,} truncated, {summary['unchanged']:,} already indexed as they "

@@ -260,7 +260,7 @@ def detect_format(path: str | Path) -> str:
         return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
     first_line = _head(path, _HEAD_BYTES, first_line=True).split("\n", 1)[0]
     first = first_line.rstrip("\r").lower().split("\t")
-    return "tsv" if first[:1] == ["id"] else "askubuntu"
+    return "tsv" if "id" in first else "askubuntu"  # a header names id, in any column
 
 
 def read_corpus(
