@@ -179,6 +179,16 @@ def test_a_streamed_body_over_the_cap_is_refused_too(client):
 # -- writing -----------------------------------------------------------------------------------
 
 
+def test_an_id_with_a_slash_is_written_read_and_deleted_by_its_url(client):
+    url = "/questions/forum%2F42"  # the id "forum/42", its slash encoded or not
+    answer = client.put(url, json={"title": "wombat codec stutters", "body": ""})
+    assert answer.status_code == 200 and answer.json()["id"] == "forum/42"
+    assert client.get("/questions/forum/42").json()["title"] == "wombat codec stutters"
+    assert search_ids(client, "wombat codec")[0] == "forum/42"
+    assert client.delete(url).status_code == 200
+    assert client.get(url).status_code == 404
+
+
 def test_put_is_searchable_when_acknowledged_then_delete_removes_it(client):
     question = {"title": "quokka screensaver freezes gnome", "body": "the quokka one", "tags": []}
     answer = client.put("/questions/w1", json=question)

@@ -178,7 +178,9 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- questions --
 
-    @app.get("/questions/{qid}", tags=["questions"], responses=answers(QuestionOut, 400, 404, 503))
+    @app.get(
+        "/questions/{qid:path}", tags=["questions"], responses=answers(QuestionOut, 400, 404, 503)
+    )
     def get_question(qid: str):
         """A stored question."""
         found = service.backend.fetch([check_id(qid)]).get(qid)
@@ -193,7 +195,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         }
 
     @app.put(
-        "/questions/{qid}",
+        "/questions/{qid:path}",
         tags=["questions"],
         dependencies=[Depends(require_key)],
         openapi_extra=json_body(QuestionIn),
@@ -232,7 +234,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         return {"upserted": len(questions), "committed": True}
 
     @app.delete(
-        "/questions/{qid}",
+        "/questions/{qid:path}",
         tags=["questions"],
         dependencies=[Depends(require_key)],
         responses=answers(DeletedOut, *WRITE_ERRORS, 404),
