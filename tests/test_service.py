@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from qres.backends.base import BackendError
 from tests.serving import Server, build_demo_index
 
 KEY = {"QRES_API_KEY": "test-key"}  # writes are refused without one
@@ -538,3 +539,51 @@ def test_an_index_without_vectors_serves_bm25_and_takes_writes(tmp_path):
     assert default.json()["mode"] == "bm25" and default.json()["results"][0]["id"] == "d128"
     assert hybrid.status_code == 400 and "needs an index with vectors" in hybrid.json()["error"]
     assert put.status_code == 200 and found.json()["results"][0]["id"] == "n1"
+
+
+@pytest.mark.parametrize("at_once", [1, 3])
+def test_a_worker_runs_as_many_searches_at_once_as_it_has_cores_the_rest_wait(
+    tmp_path, monkeypatch, at_once
+):
+    import asyncio
+
+    from qres.backends.embedded import EmbeddedBackend
+    from qres.corpus.readers import read_corpus
+    from qres.indexing.pipeline import index_questions
+    from qres.service import app as service
+    from qres.service.config import searches_at_once
+    from tests.serving import DEMO
+
+    with EmbeddedBackend(tmp_path / "index", create=True) as backend:
+        index_questions(backend, read_corpus(DEMO))
+    monkeypatch.setenv("QRES_SEARCHES_AT_ONCE", str(at_once))
+    app = service.create_app(service.ServiceConfig(index_dir=str(tmp_path / "index")))
+    running, most = [0], [0]
+    search = app.state.service.search
+
+    def counted(*args):
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        try:
+            return search(*args)
+        finally:
+            running[0] -= 1
+
+    app.state.service.search = counted
+
+    async def calls():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://qres") as http:
+            asked = [http.get("/search", params={"q": f"usb {i}"}) for i in range(8)]
+            return await asyncio.gather(*asked)
+
+    answers = asyncio.run(calls())
+    app.state.service.close()
+    assert all(a.status_code == 200 for a in answers)
+    assert most[0] == at_once
+    monkeypatch.delenv("QRES_SEARCHES_AT_ONCE")
+    assert searches_at_once(workers=64) == 1  # never none
+    monkeypatch.setenv("QRES_SEARCHES_AT_ONCE", "0")
+    with pytest.raises(BackendError, match="QRES_SEARCHES_AT_ONCE must be a whole number"):
+        searches_at_once(workers=1)

@@ -19,6 +19,8 @@ Beside this module: :mod:`~qres.service.config` (the options each worker gets),
 :mod:`~qres.service.middleware` (body size limit, request counts).
 """
 
+import asyncio
+import contextlib
 import hmac
 import logging
 import os
@@ -44,7 +46,7 @@ from qres.corpus.readers import Question
 from qres.encoders.model_set import model_set_of
 from qres.indexing.group_commit import Delete
 from qres.ranking.search import MODES
-from qres.service.config import API_KEY_ENV, ServiceConfig
+from qres.service.config import API_KEY_ENV, ServiceConfig, searches_at_once
 from qres.service.middleware import BodyLimit, RequestMetrics
 from qres.service.schemas import (
     ApiError,
@@ -103,6 +105,14 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     )
     app.state.service = service
     modes = Literal[MODES]
+    at_once = searches_at_once(config.workers) if service.backend.name == "embedded" else None
+    searching = asyncio.Semaphore(at_once) if at_once else contextlib.nullcontext()
+
+    async def search_in_turn(*args) -> dict:
+        # On an embedded index a search is CPU work: more at once than the worker's cores
+        # only share them, each taking longer and the slowest far longer.
+        async with searching:
+            return await run_in_threadpool(service.search, *args)
 
     def require_key(request: Request) -> None:
         if api_key is None:
@@ -137,7 +147,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     @app.get(
         "/search", tags=["search"], response_model=None, responses=answers(SearchOut, 400, 503)
     )
-    def search_get(
+    async def search_get(
         tasks: BackgroundTasks,
         q: Annotated[str, Query(description="The text typed so far (a question title).")],
         k: Annotated[int, Query(ge=1, le=config.max_k, description="How many results.")] = 10,
@@ -157,7 +167,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     ):
         """Similar questions for a short text: BM25 candidates rescored by the encoder."""
         check_query(q)
-        return answer(service.search(q, "", k, mode, explain, typing), tasks)
+        return answer(await search_in_turn(q, "", k, mode, explain, typing), tasks)
 
     @app.post(
         "/search",
@@ -171,9 +181,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         check_query(f"{query.title} {query.body}")
         if query.k > config.max_k:
             raise ApiError(400, f"k: must be at most {config.max_k}.")
-        result = await run_in_threadpool(
-            service.search, query.title, query.body, query.k, query.mode, query.explain
-        )
+        result = await search_in_turn(query.title, query.body, query.k, query.mode, query.explain)
         return answer(result, tasks)
 
     # -- questions --

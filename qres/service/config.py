@@ -9,6 +9,7 @@ from qres.backends.base import BackendError
 
 CONFIG_ENV = "QRES_SERVE_CONFIG"  # how `qres serve` hands its options to worker processes
 API_KEY_ENV = "QRES_API_KEY"
+SEARCHES_ENV = "QRES_SEARCHES_AT_ONCE"
 
 
 @dataclass
@@ -35,6 +36,18 @@ class ServiceConfig:
     @classmethod
     def from_env(cls) -> "ServiceConfig":
         return cls(**json.loads(os.environ[CONFIG_ENV]))
+
+
+def searches_at_once(workers: int) -> int:
+    """How many searches a worker of an embedded index runs at once: its share of the
+    machine's cores, at least one (``QRES_SEARCHES_AT_ONCE`` overrides it). The others wait
+    their turn; on Elasticsearch a search mostly waits for the cluster, so none wait."""
+    given = os.environ.get(SEARCHES_ENV, "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise BackendError(f"{SEARCHES_ENV} must be a whole number of 1 or more, not {given!r}")
+        return int(given)
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
