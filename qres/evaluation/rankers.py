@@ -39,11 +39,15 @@ class PipelineRanker:
     """
 
     def __init__(
-        self, pipeline: SearchPipeline, mode: str, corpus_pipeline: SearchPipeline | None = None
+        self,
+        pipeline: SearchPipeline,
+        mode: str,
+        corpus_pipeline: SearchPipeline | None = None,
+        typing: bool = False,
     ):
         self.pipeline, self.mode = pipeline, mode
         self.corpus_pipeline = corpus_pipeline or pipeline
-        self.typing = False  # a title query's last word is completed first, as typed
+        self.typing = typing  # a title query's last word is completed first, as typed
 
     def _asked(self, question: Question, pipeline: SearchPipeline) -> Question:
         """``question`` as searched: with :attr:`typing`, its title completed as typed."""
@@ -174,12 +178,14 @@ def make_ranker(
     indexed: Callable[[], Iterable[Question]] | None = None,
     corpus_backend: Backend | None = None,
     dense_candidates: int = DEFAULT_DENSE_CANDIDATES,
+    typing: bool = False,
 ):
     """The ranker object for ``ranker`` (None for given-order).
 
     ``texts``: the queries' and candidates' questions; ``corpus``: every question Acc@k ranks;
     ``indexed``: what ``backend`` is filled with on first use (default ``corpus``);
-    ``corpus_backend``: an index of ``corpus`` apart from ``backend``, for Acc@k.
+    ``corpus_backend``: an index of ``corpus`` apart from ``backend``, for Acc@k;
+    ``typing``: title queries searched as typed (:class:`PipelineRanker`).
     """
     if ranker == "given-order":
         return None
@@ -195,7 +201,7 @@ def make_ranker(
         ensure_index(corpus_backend, corpus, encoder)
         corpus_pipeline = _pipeline(corpus_backend, encoder, fusion, dense_candidates)
     pipeline = _pipeline(backend, encoder, fusion, dense_candidates)
-    return PipelineRanker(pipeline, ranker, corpus_pipeline)
+    return PipelineRanker(pipeline, ranker, corpus_pipeline, typing)
 
 
 def open_eval_index(backend_name: str | None, name: str) -> Backend:

@@ -154,8 +154,8 @@ def evaluate(
             benchmark.texts,
             benchmark.corpus,
             dense_candidates=dense_candidates,
+            typing=benchmark.typing,
         )
-        ranking.typing = benchmark.typing
         questions = [q.question for q in benchmark.queries]
         return score_forum(benchmark, ranker, ranking.top_scored(questions, FORUM_DEPTH))
     if ranker != "given-order" and benchmark.missing_texts:
@@ -180,9 +180,8 @@ def evaluate(
         indexed=benchmark.indexed,
         corpus_backend=corpus_backend if accuracy_at else None,
         dense_candidates=dense_candidates,
+        typing=benchmark.typing,
     )
-    if ranking is not None:
-        ranking.typing = benchmark.typing
     rankings, pair_labels, pair_scores = [], [], []
     ranked: dict[str, list[tuple[str, float]]] = {}
     for q in benchmark.queries:
