@@ -81,3 +81,6 @@ def test_qres_evaluate_typing_needs_a_title_form(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert "--typing searches a title as it is typed: add --query title-chars:N" in result.output
+    semeval = ["evaluate", "--dataset", "semeval2016", "--query", "title-chars:20", "--typing"]
+    given = CliRunner().invoke(cli, [*semeval, "--ranker", "given-order"])
+    assert given.exit_code == 2 and "--typing needs rankers that search" in given.output

@@ -196,6 +196,8 @@ def evaluate(
     models = _with_model_set(model_set, models)
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
+        if typing and not set(rankers) <= {"bm25", "dense", "hybrid"}:
+            raise ev.SetupError("--typing", "--typing needs rankers that search (bm25, hybrid)")
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
