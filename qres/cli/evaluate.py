@@ -196,7 +196,7 @@ def evaluate(
     models = _with_model_set(model_set, models)
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
-        if typing and not set(rankers) <= {"bm25", "dense", "hybrid"}:
+        if typing and not set(rankers) <= set(ev.MODES):
             raise ev.SetupError("--typing", "--typing needs rankers that search (bm25, hybrid)")
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
     except ev.SetupError as err:

@@ -155,7 +155,12 @@ def index(
         index_questions,
         search_encoder,
     )
-    from qres.indexing.sources import check_corpus, held_model_dirs, record_corpus
+    from qres.indexing.sources import (
+        check_corpus,
+        check_made_with,
+        held_model_dirs,
+        record_corpus,
+    )
 
     models = _with_model_set(model_set, models)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
@@ -170,7 +175,9 @@ def index(
     questions, read_as = read_checked(corpus, fmt, skip_bad, stats)
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
     with _said_if_swapped(obj, backend), backend, progress_display() as progress:
-        check_corpus(backend, corpus, mix, {} if rebuild else made_with)
+        if not rebuild:
+            check_made_with(backend, made_with)
+        check_corpus(backend, corpus, mix)
         encoders = given
         if not models and not rebuild:  # the models the index was built with, as search does
             encoders = [search_encoder(m, obj.device) for m in index_model_dirs(backend)]

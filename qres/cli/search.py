@@ -100,7 +100,7 @@ def search(
       qres search "boot ubuntu from usb" -k 5 --explain
       qres search "boot ubuntu from us" --typing
     """
-    from qres.ranking.search import SearchPipeline, model_labels
+    from qres.ranking.search import SearchPipeline, model_labels, snippet
 
     with obj.open() as backend:
         if log_queries and not backend.keeps_search_log:
@@ -143,7 +143,7 @@ def search(
         return
     # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
     table = Table(
-        title=Text(f"{_short(searched)!r} — {mode}, {latency_ms:.1f} ms"),
+        title=Text(f"{snippet(searched, 120)!r} — {mode}, {latency_ms:.1f} ms"),
         title_justify="left",
         box=box.SIMPLE_HEAD,  # no side borders: the title column keeps the width
         show_edge=False,
@@ -172,11 +172,6 @@ def search(
             title.append(f" (via {r.via}, closed as its duplicate)", style="dim")
         table.add_row(str(i), Text(r.id), f"{r.score:.3f}", *extra, title)
     stdout.print(table)
-
-
-def _short(text: str, limit: int = 120) -> str:
-    """A query as a table's heading: a long one (a whole question pasted) cut to a line."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _json_result(rank: int, r, signals: list[str]) -> dict:

@@ -22,18 +22,21 @@ def source(corpus: str | Path) -> str:
     return str(Path(corpus).resolve()) if Path(corpus).is_file() else str(corpus)
 
 
-def check_corpus(backend: Backend, corpus: str | Path, mix: bool, made_with: dict) -> None:
-    """Refuse, before anything is written, a corpus other than the ones an index holding
-    questions was built from, unless ``mix`` (one line naming both and the ways on); and
-    settings only a new index takes (``made_with``: analyzer, title_boost) that differ from
-    those the index was made with, rather than ignore them."""
+def check_made_with(backend: Backend, given: dict) -> None:
+    """Refuse settings only a new index takes (``given``: analyzer, title_boost) that differ
+    from those the index was made with, rather than ignore them."""
     meta = backend.metadata()
-    for name, value in made_with.items():
+    for name, value in given.items():
         if name in meta and meta[name] != value:
             raise BackendError(
                 f"--{name.replace('_', '-')} {value}: this index was made with {meta[name]}, "
                 f"which only a new index changes: add --rebuild to index it anew with {value}"
             )
+
+
+def check_corpus(backend: Backend, corpus: str | Path, mix: bool) -> None:
+    """Refuse, before anything is written, a corpus other than the ones an index holding
+    questions was built from, unless ``mix`` (one line naming both and the ways on)."""
     path, held, count = source(corpus), corpora(backend), backend.count()
     if path in held:
         return

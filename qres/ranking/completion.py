@@ -39,12 +39,11 @@ def last_word(text: str) -> str | None:
 def complete(text: str, titles: Iterable[str]) -> str:
     """``text`` with its last word replaced by the word of ``titles`` (best match first)
     that starts with it and is most frequent there; ``text`` itself where none does."""
-    found = _LAST_WORD.search(text)
-    if found is None:
+    word = last_word(text)
+    if word is None:
         return text
-    word = normalize(found.group())
     counts = Counter(t for title in titles for t in tokenize(title) if t.startswith(word))
     if not counts:
         return text
     best = counts.most_common(1)[0][0]  # Counter keeps first-met order among equal counts
-    return text[: found.start()] + best
+    return _LAST_WORD.sub(lambda _: best, text)

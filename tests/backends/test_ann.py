@@ -366,3 +366,9 @@ def test_a_transformers_vectors_get_a_denser_graph_and_a_graph_keeps_its_own(tmp
         assert ann_file(backend).rows == 90 and ann_file(backend)._graph.connectivity == edges
         backend.close()
         monkeypatch.setattr(ann, "DENSE_DIM", 2 * DIM)
+
+
+def test_a_beam_never_asks_the_graph_for_more_rows_than_it_holds():
+    # a typo's k (3,000,000,000) would otherwise set aside room for that many hits and abort
+    assert ann.beam(50_000, 3_000_000_000) == 50_000
+    assert ann.beam(50_000, 100) == max(100, ann.beam(50_000, 1))

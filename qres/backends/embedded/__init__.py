@@ -138,8 +138,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         self._reloading = threading.Lock()
         self._generation = 0
         complete_interrupted_swap(self.live_path)
-        if create or rebuild:
-            check_settings(settings)  # before anything is made
+        check_settings(settings)  # once, before anything is made (init_dir trusts them)
         try:
             if rebuild:
                 self.begin_rebuild()

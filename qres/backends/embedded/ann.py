@@ -77,7 +77,7 @@ def beam(rows: int, k: int) -> int:
     against the exact scan was 0.980 with 200 at 41,803 real MiniLM vectors, and 0.942, 0.969
     and 0.981 with 200, 300 and 400 at a million GRU vectors (docs/scale.md)."""
     extra = EF_PER_TENFOLD * math.log10(rows / EF_ROWS) if rows > EF_ROWS else 0.0
-    return max(k, EF + int(extra))
+    return min(max(k, EF + int(extra)), rows)  # never room for more than the graph holds
 
 
 def path_for(vector_path: Path) -> Path:

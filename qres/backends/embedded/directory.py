@@ -203,9 +203,8 @@ def check_settings(settings: dict) -> None:
 
 
 def init_dir(path: Path, settings: dict) -> None:
-    """Make ``path`` an empty index (``settings``: analyzer, title_boost, vector_dtype, and
-    ``meta``, further metadata to record)."""
-    check_settings(settings)
+    """Make ``path`` an empty index (``settings``, as :func:`check_settings` passed them:
+    analyzer, title_boost, vector_dtype, and ``meta``, further metadata to record)."""
     analyzer = settings.get("analyzer", "english")
     dtype = settings.get("vector_dtype", "float16")
     check_replaceable(path)
@@ -275,6 +274,7 @@ def lock_dir(path: Path):
             f"process cannot finish: rename {sibling(path, '.rebuild')} (or, without one, "
             f"{old}) to {path}"
         )
+    key = str(path.resolve())
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -285,7 +285,7 @@ def lock_dir(path: Path):
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             lock.close()
-            mine = _LOCKED_HERE.get(str(path.resolve()))
+            mine = _LOCKED_HERE.get(key)
             here = mine is not None and not mine.closed
             raise BackendError(
                 f"{path} is open for writing elsewhere in this process: close that Index or "
@@ -293,7 +293,7 @@ def lock_dir(path: Path):
                 if here
                 else f"{path} is being written by another qres process: wait for it to end"
             ) from None
-    _LOCKED_HERE[str(path.resolve())] = lock
+    _LOCKED_HERE[key] = lock
     return lock
 
 

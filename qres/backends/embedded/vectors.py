@@ -289,7 +289,6 @@ class VectorFiles:
         if k <= 0 or self._dim(number) is None:
             return []
         snapshot = self._snapshot  # one generation's slots, ids and rows throughout
-        k = min(k, max(1, snapshot.index.searcher().num_docs))  # no room set aside past the index
         ann = None if exact else self._ann_file(number, snapshot)
         if ann is not None:
             hits = self._nearest_ann(ann, query_vector, k, number, snapshot)
