@@ -109,6 +109,37 @@ def test_the_title_epoch_asks_with_each_duplicates_title_alone(tmp_path):
     assert [p for _, p, _ in whole] == [p for _, p, _ in titles]  # the same originals
 
 
+@pytest.mark.parametrize(
+    "device, cuda_seen, cut",
+    [
+        ("cpu", True, forum_adapt.TRAIN_TOKENS),
+        ("auto", False, forum_adapt.TRAIN_TOKENS),
+        ("auto", True, None),
+        ("cuda", True, None),
+    ],
+)
+def test_adapt_cuts_texts_while_fine_tuning_on_a_cpu_only(
+    tmp_path, monkeypatch, device, cuda_seen, cut
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_seen)
+    asked = {}
+
+    class Stop(Exception):
+        pass
+
+    def finetune(*_args, **kwargs):
+        asked.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(ft, "finetune", finetune)
+    plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
+    quiet = lambda *_a: None  # noqa: E731
+    with pytest.raises(Stop):
+        forum_adapt.adapt(plan, quiet, quiet, quiet, device=device)
+    assert asked["max_tokens"] == cut and asked["device"] == device
+
+
 @pytest.mark.slow
 def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     tmp_path, monkeypatch

@@ -1,0 +1,158 @@
+"""`qres adapt` with other fine-tuning recipes, side by side, as JSON.
+
+    python benchmarks/adapt_recipes.py --forum DIR --recipe 128:2 --recipe 256:2 \
+        [--device cuda] --out FILE
+
+Each ``--recipe TOKENS:EPOCHS[:SEED]`` runs every step of ``qres adapt`` (fine-tuning, conversion,
+the fusion fitted on the held-out tenth, the before/after report on the test split) into
+its own model set, ``rTOKENSeEPOCHS[sSEED]`` (TOKENS ``full``: MiniLM's own 256; the last
+epoch asks with titles, as the command does; SEED: the fine-tuning's seed, 0 by default).
+Then each set is scored on the held-out tenth of
+the train links, dense (its cosine alone; the fusion was fitted on those queries) with whole
+questions and with titles: the figures a recipe is chosen by, since the test split is what
+a release reports. Wall seconds of each stage, the GPU's peak memory and the process's peak
+RSS come with it. The JSON is rewritten after each recipe, so a run stopped at its time
+limit keeps the recipes it finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def held_out_scores(forum: Path, set_name: str) -> dict:
+    """Dense nDCG@10 and R@100 on the held-out tenth, whole questions and titles."""
+    from qres.datasets.forum_duplicates import held_out_cut
+    from qres.encoders import model_set
+    from qres.evaluation.ranking_metrics import ndcg_at
+    from qres.evaluation.runner import evaluate_rankers, load_benchmark
+    from qres.training import forum_adapt
+
+    scores = {}
+    for form in ("question", "title"):
+        benchmark = load_benchmark("stackexchange", "train", forum, links=False, query=form)
+        benchmark.queries = benchmark.queries[held_out_cut(len(benchmark.queries)) :]
+        (evaluation,) = evaluate_rankers(
+            benchmark,
+            ["dense"],
+            list(model_set.model_dirs(set_name)),
+            forum_adapt._open_index,
+            forum_adapt._encoder,
+        )
+        scores[form] = {
+            "queries": len(benchmark.queries),
+            "nDCG@10": round(evaluation.metrics["nDCG@10"], 2),
+            "R@100": round(evaluation.metrics["R@100"], 2),
+            "per_query_ndcg10": {
+                q.id: round(
+                    ndcg_at(
+                        [c in q.relevant for c, _ in evaluation.ranked[q.id]], 10, len(q.relevant)
+                    ),
+                    3,
+                )
+                for q in benchmark.queries
+            },
+        }
+    return scores
+
+
+def run_recipe(forum: Path, tokens: int | None, epochs: int, device: str, seed: int) -> dict:
+    import functools
+
+    from qres.training import finetune_transformer, forum_adapt
+
+    name = f"r{tokens or 'full'}e{epochs}" + (f"s{seed}" if seed else "")
+    if seed:  # adapt trains with finetune's default seed (0)
+        finetune_transformer.finetune = functools.partial(_finetune, seed=seed)
+    else:
+        finetune_transformer.finetune = _finetune
+    plan = forum_adapt.Adaptation(forum, name)
+    stages: list[list] = []
+
+    def step(what: str, _total: int | None) -> None:
+        stages.append([what, time.perf_counter()])
+        print(f"[{name}] {what}", flush=True)
+
+    start = time.perf_counter()
+    report = forum_adapt.adapt(
+        plan, step, lambda _n: None, lambda _m: None, epochs, device, max_tokens=tokens
+    )
+    end = time.perf_counter()
+    seconds = {
+        what: round((stages[i + 1][1] if i + 1 < len(stages) else end) - at, 1)
+        for i, (what, at) in enumerate(stages)
+    }
+    result = {
+        "set": name,
+        "train_tokens": tokens or "MiniLM's own (256)",
+        "epochs": epochs,
+        "title_epochs": 1,
+        "seed": seed,
+        "seconds": round(end - start, 1),
+        "stage_seconds": seconds,
+        "fine_tuning": json.loads((plan.trained / "qres_finetune.json").read_text()),
+        "test_report": report,
+        "held_out": held_out_scores(forum, name),
+    }
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            result["gpu_memory_peak_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
+            torch.cuda.reset_peak_memory_stats()
+    except ImportError:
+        pass
+    return result
+
+
+def main() -> None:
+    global _finetune
+    from qres.training import finetune_transformer
+
+    _finetune = finetune_transformer.finetune
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--forum", type=Path, required=True)
+    parser.add_argument("--recipe", action="append", required=True, help="TOKENS:EPOCHS[:SEED]")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    from qres.training.default_set import build
+
+    out = {"benchmark": "adapt_recipes", "forum": str(args.forum), "device": args.device}
+    out["python"] = sys.version.split()[0]
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    started = time.perf_counter()
+    build(set_name="minilm")
+    out["before_set_build_seconds"] = round(time.perf_counter() - started, 1)
+    out["before_held_out"] = held_out_scores(args.forum, "minilm")
+    out["recipes"] = []
+    for recipe in args.recipe:
+        tokens, epochs, *seed = recipe.split(":")
+        tokens = None if tokens == "full" else int(tokens)
+        result = run_recipe(args.forum, tokens, int(epochs), args.device, int(*seed or [0]))
+        result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+        out["recipes"].append(result)
+        args.out.write_text(json.dumps(out, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k != "held_out"}), flush=True)
+        print({f: result["held_out"][f]["nDCG@10"] for f in result["held_out"]}, flush=True)
+    args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
