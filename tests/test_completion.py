@@ -64,6 +64,47 @@ def test_the_pipeline_searches_the_completed_text(forum):
         assert [r.id for r in typed] != [r.id for r in pipeline.search("boot ubuntu from us", 3)]
 
 
+@pytest.fixture(scope="module")
+def forum_with_vectors(tmp_path_factory):
+    from qres.encoders.model_set import SHIPPED_GRU
+
+    index = tmp_path_factory.mktemp("typing-vectors") / "index"
+    with Index.open(index, SHIPPED_GRU) as ix:
+        ix.add(
+            [
+                Question("1", "Boot Ubuntu from a USB stick", "the installer on a usb stick"),
+                Question("2", "USB stick not mounted", "my usb stick is not seen"),
+                Question("3", "Ubuntu user password reset", "forgot the password of a user"),
+                Question("4", "Boot menu missing", "grub does not show at boot"),
+                Question("5", "usb ports dead after boot", "no usb device works"),
+            ]
+        )
+    return index
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+@pytest.mark.parametrize("typed", ["boot ubuntu from usb", "boot ubuntu from us"])
+def test_a_typed_search_ranks_what_it_searched_with_bm25_searched_once_where_it_can(
+    forum_with_vectors, typed, mode, monkeypatch
+):
+    with SearchPipeline.open(forum_with_vectors) as pipeline:
+        searched = pipeline.complete_typed(typed)
+        assert searched == "boot ubuntu from usb"
+        expected = pipeline.search(searched, 4, mode=mode)
+        calls = []
+        whole_index = pipeline.backend.candidates
+
+        def candidates(text, k, only_ids=None, query_vector=None):
+            calls.append(only_ids)
+            return whole_index(text, k, only_ids, query_vector)
+
+        monkeypatch.setattr(pipeline.backend, "candidates", candidates)
+        typed_results = pipeline.search(typed, 4, mode=mode, typing=True)
+        assert [(r.id, r.score) for r in typed_results] == [(r.id, r.score) for r in expected]
+        # the word as typed stays: the completion's BM25 search is the one rescored
+        assert calls.count(None) == (1 if typed == searched else 2)
+
+
 def test_qres_search_typing_says_what_it_searched(forum):
     args = ["--json", "--index-dir", str(forum), "search", "usb stick not mou", "-k", "2"]
     typed = CliRunner().invoke(cli, [*args, "--typing"])

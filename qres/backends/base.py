@@ -94,6 +94,11 @@ class Candidates:
         backend that keeps no such mark knows none."""
         return set()
 
+    def rescored(self, query_vector) -> Candidates | None:
+        """These candidates with their cosines to ``query_vector`` (as ``candidates`` gives
+        them), where the backend can add them without searching again; else None."""
+        return None
+
     @staticmethod
     def joined(first: Candidates, second: Candidates) -> Candidates:
         """``first``'s candidates, then ``second``'s (scored for the same query vectors)."""

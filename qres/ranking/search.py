@@ -403,17 +403,19 @@ class SearchPipeline:
         ``typing``: ``text`` is being typed, its last word maybe unfinished
         (:meth:`complete_typed`)."""
         mode = mode or self.mode
+        searched = None  # BM25's candidates for text, already searched
         if typing and query_vector is None:
-            text = self.complete_typed(text)
+            rescorable = mode != "bm25" and self.encoder is not None and only_ids is None
+            text, searched = self._completed(text, max(k, self.candidates) if rescorable else 0)
         if mode != "bm25" and self.encoder is not None:
             query_vector = self._query_vectors(text, query_vector)
         stored: dict = {}
         if self.follow_duplicates and only_ids is None:
             results, stored, found = self._following_duplicates(
-                text, k, mode, query_vector, links_before
+                text, k, mode, query_vector, links_before, searched
             )
         else:
-            ranked, found = self._ranked(text, k, mode, only_ids, query_vector)
+            ranked, found = self._ranked(text, k, mode, only_ids, query_vector, None, searched)
             results = ranked[:]
         if not with_text or not results:
             return results
@@ -437,20 +439,28 @@ class SearchPipeline:
     def complete_typed(self, text: str) -> str:
         """``text`` with its last word completed from the titles of its best BM25 matches
         (:mod:`qres.ranking.completion`), as a title being typed is searched."""
-        if completion.last_word(text) is None:
-            return text
-        found = self.backend.candidates(text, completion.CONTEXT)
-        ids = found.ids(range(len(found)))
-        stored = found.stored(ids, self.backend.fetch)
-        return completion.complete(text, [stored[i].title for i in ids if i in stored])
+        return self._completed(text, 0)[0]
 
-    def _following_duplicates(self, text, k, mode, query_vector, links_before):
+    def _completed(self, text: str, window: int) -> tuple[str, Candidates | None]:
+        """:meth:`complete_typed`'s text and, where the completion left it as typed and
+        ``window`` is at least :data:`completion.CONTEXT`, the BM25 top ``window`` it read
+        the titles from: what the search would otherwise search again."""
+        if completion.last_word(text) is None:
+            return text, None
+        found = self.backend.candidates(text, max(window, completion.CONTEXT))
+        ids = found.ids(range(min(completion.CONTEXT, len(found))))
+        stored = found.stored(ids, self.backend.fetch)
+        completed = completion.complete(text, [stored[i].title for i in ids if i in stored])
+        reusable = completed == text and window >= completion.CONTEXT
+        return completed, found if reusable else None
+
+    def _following_duplicates(self, text, k, mode, query_vector, links_before, searched=None):
         """The top ``k`` once closed duplicates gave way to their originals, the questions
         read to know it, and the candidates ranked; ranks deeper while duplicates leave fewer
         than ``k``."""
         depth = max(duplicates.VOTERS, 2 * k)
         while True:
-            ranked, found = self._ranked(text, k, mode, None, query_vector, depth)
+            ranked, found = self._ranked(text, k, mode, None, query_vector, depth, searched)
             # the ranked questions are read where the search found them, others by id
             fetch = partial(found.stored, fetch=self.backend.fetch)
             shown, stored = duplicates.follow(ranked, fetch, k, links_before, found.not_closed)
@@ -472,11 +482,11 @@ class SearchPipeline:
             query_vector = {self.encoder.fingerprint: query_vector}
         return query_vector
 
-    def _ranked(self, text, k, mode, only_ids, query_vector, depth=None):
+    def _ranked(self, text, k, mode, only_ids, query_vector, depth=None, searched=None):
         """The first ``depth`` (default ``k``) of the ranking a top ``k`` is cut from (a
         :class:`_Ranking`: each result made when first read), and the candidates ranked
         (which read the results' stored questions cheaply): the candidates to rescore are
-        those of a top ``k`` whatever the depth."""
+        those of a top ``k`` whatever the depth (``searched``: BM25's, already searched)."""
         depth = depth or k
         mode = mode or self.mode
         if mode not in MODES:
@@ -501,7 +511,7 @@ class SearchPipeline:
             raise BackendError(f"{mode} search needs a model: pass --model MODEL_DIR")
         several = len(self.encoders) > 1
         query_vector = self._query_vectors(text, query_vector)
-        found = self.candidate_set(text, window, query_vector, only_ids)
+        found = self.candidate_set(text, window, query_vector, only_ids, searched)
         if not len(found):
             return _Ranking(lambda positions: [], 0), found
         bm25 = found.scores.astype(np.float32)
@@ -533,11 +543,19 @@ class SearchPipeline:
         return _Ranking(fused_results, len(order), ranked_ids, shown[order]), found
 
     def candidate_set(
-        self, text: str, window: int, query_vector, only_ids: Sequence[str] | None = None
+        self,
+        text: str,
+        window: int,
+        query_vector,
+        only_ids: Sequence[str] | None = None,
+        searched: Candidates | None = None,
     ) -> Candidates:
         """What dense and hybrid rescore: BM25's top ``window`` (or ``only_ids``) with their
-        cosines, and, searching the whole index, the nearest questions joining them."""
-        found = self.backend.candidates(text, window, only_ids, query_vector)
+        cosines, and, searching the whole index, the nearest questions joining them.
+        ``searched``: that top ``window``, already searched without cosines."""
+        found = searched.rescored(query_vector) if searched is not None else None
+        if found is None:
+            found = self.backend.candidates(text, window, only_ids, query_vector)
         # A query that matches no indexed word still finds nothing (its vector alone is noise).
         dense = only_ids is None and self.dense_candidates > 0 and len(found)
         if dense and self.backend.supports_nearest:

@@ -140,6 +140,34 @@ def test_adapt_cuts_texts_while_fine_tuning_on_a_cpu_only(
     assert asked["max_tokens"] == cut and asked["device"] == device
 
 
+def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def finetune(*_args, **kwargs):
+        asked.append(kwargs["max_tokens"])
+        raise Stop
+
+    monkeypatch.setattr(ft, "finetune", finetune)
+    plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
+    quiet = lambda *_a: None  # noqa: E731
+    with pytest.raises(Stop):
+        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    with pytest.raises(Stop):  # its checkpoint was saved with 128-token texts
+        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cuda")
+    assert asked == [forum_adapt.TRAIN_TOKENS, forum_adapt.TRAIN_TOKENS]
+    runner = CliRunner()
+    other = runner.invoke(cli, ["adapt", str(plan.forum), "--name", "mine", "--epochs", "3"])
+    assert other.exit_code == 1
+    assert other.output.strip() == (
+        "error: mine: fine-tuning was started with --epochs 2: give that to resume it, or add "
+        "--again to start over"
+    )
+
+
 @pytest.mark.slow
 def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     tmp_path, monkeypatch

@@ -21,6 +21,7 @@ whether it finished or failed, is read again on the new index.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import resource
 import shutil
@@ -483,19 +484,40 @@ class _TantivyCandidates(Candidates):
         self.cosine = self.has_vector = self.cosines = None
         self._has_ann = backend._dim(0) is not None  # an index with vectors may have one
         if hits and (query_vector is not None or self._has_ann):
-            slots = searcher.fast_field_values("slot", self._addresses)
-            self._slots = [-1 if s is None else s for s in slots]
-        if query_vector is None:
-            return
+            self._read_slots()
+        if query_vector is not None:
+            self._add_cosines(query_vector)
+
+    def _read_slots(self) -> None:
+        slots = self._searcher.fast_field_values("slot", self._addresses)
+        self._slots = [-1 if s is None else s for s in slots]
+
+    def _add_cosines(self, query_vector) -> None:
+        backend = self._backend
         queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}
         models = {fp: 0 if fp is None else backend._model_number(fp) for fp in queries}
         slots = self._slots
         self.cosines, self.has_vector = {}, np.ones(len(slots), bool)
         for fp, vector in queries.items():
-            vectors, has = backend._vectors_at(slots, models[fp], snapshot)
+            vectors, has = backend._vectors_at(slots, models[fp], self._snapshot)
             self.cosines[fp] = vectors @ vector  # both sides are L2-normalised
             self.has_vector &= has
         self.cosine = next(iter(self.cosines.values()))
+
+    def rescored(self, query_vector):
+        backend = self._backend
+
+        def read():
+            if backend._snapshot is not self._snapshot:  # swapped since: search again
+                return None
+            again = copy.copy(self)
+            again._row_of, again._read = dict(self._row_of), dict(self._read)
+            if self._addresses and not self._slots:
+                again._read_slots()
+            again._add_cosines(query_vector)
+            return again
+
+        return backend._consistent(read)
 
     def ids(self, rows: Sequence[int]) -> list[str]:
         # A row's id as already read or as the ANN file names it (a slot keeps its question
