@@ -99,6 +99,7 @@ def adapt(
     plan.work.mkdir(parents=True, exist_ok=True)
     if max_tokens == "auto":
         max_tokens = train_tokens(device)
+    max_tokens = _started_settings(plan, epochs, max_tokens)
     _fine_tune(plan, step, advance, log, epochs, device, threads, max_tokens)
     if not (plan.target / model_set.SET_FILE).is_file():
         _convert(plan, step)
@@ -119,6 +120,22 @@ def train_tokens(device: str) -> int | None:
 
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     return None if cuda else TRAIN_TOKENS
+
+
+def _started_settings(plan: Adaptation, epochs: int, max_tokens: int | None) -> int | None:
+    """The cut of a fine-tuning already started (a run resumed on another device goes on as
+    it began), else ``max_tokens``, recorded; a resume asking for other epochs is refused."""
+    record = plan.work / "fine-tuning.json"
+    if record.is_file():
+        started = json.loads(record.read_text())
+        if started["epochs"] != epochs:
+            raise AdaptError(
+                f"{plan.name}: fine-tuning was started with --epochs {started['epochs']}: give "
+                "that to resume it, or add --again to start over"
+            )
+        return started["max_tokens"]
+    record.write_text(json.dumps({"epochs": epochs, "max_tokens": max_tokens}))
+    return max_tokens
 
 
 def _fine_tune(plan, step, advance, log, epochs, device, threads, max_tokens) -> None:

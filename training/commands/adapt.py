@@ -109,7 +109,9 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
     try:
         with bar:
             report = forum_adapt.adapt(plan, step, advance, log, epochs, device)
-    except (forum_adapt.AdaptError, CorpusError, EncoderError, ValueError, OSError) as err:
+    except forum_adapt.AdaptError as err:
+        fail(str(err))
+    except (CorpusError, EncoderError, ValueError, OSError) as err:
         fail(f"{err} (run the same command again to resume)")
     except KeyboardInterrupt:
         fail("interrupted: run the same command again to resume where it stopped")
