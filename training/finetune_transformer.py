@@ -127,6 +127,7 @@ def finetune(
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     model = load_sentence_transformer(base).to(device)
+    served_tokens = model.max_seq_length  # what the saved model reads, whatever the cut
     if max_tokens is not None:  # trained on shorter texts than it reads when served
         model.max_seq_length = min(max_tokens, model.max_seq_length)
     if low_memory:
@@ -214,6 +215,7 @@ def finetune(
                     },
                 )
     model.eval()
+    trained_tokens, model.max_seq_length = model.max_seq_length, served_tokens
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir))
     record = {
@@ -228,7 +230,7 @@ def finetune(
         "loss": "in-batch softmax (scale 20) with one hard negative per pair"
         + (f" (one of BM25's top {FORUM_NEGATIVE_POOL}, drawn per epoch)" if forum_run else ""),
         "seed": seed,
-        "max_tokens": model.max_seq_length,
+        "max_tokens": trained_tokens,
         "device": device,
         "seconds": round(time.perf_counter() - started, 1),
         "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:])),

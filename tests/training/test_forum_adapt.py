@@ -97,6 +97,9 @@ def test_a_fine_tuning_stopped_and_resumed_trains_exactly_as_one_without_a_stop(
     assert all(torch.allclose(whole[k], resumed[k], atol=1e-6) for k in whole)
     record = json.loads((tmp_path / "resumed" / "qres_finetune.json").read_text())
     assert record["title_epochs"] == 1 and record["max_tokens"] == 32
+    # cut while training only: the saved model reads what its base reads when it is served
+    served = ft.load_sentence_transformer(base).max_seq_length
+    assert ft.load_sentence_transformer(tmp_path / "resumed").max_seq_length == served == 256
 
 
 def test_the_title_epoch_asks_with_each_duplicates_title_alone(tmp_path):
