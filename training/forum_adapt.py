@@ -23,6 +23,7 @@ then indexes with it. Work in progress lives in ``$QRES_HOME/adapt/NAME``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -66,8 +67,12 @@ class Adaptation:
         return self.work / "model-set"
 
 
+def is_set_name(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "-_" for c in name) and name[0] not in "-_"
+
+
 def check_name(name: str) -> str:
-    if not name or not all(c.isalnum() or c in "-_" for c in name) or name[0] in "-_":
+    if not is_set_name(name):
         raise AdaptError(f"--name {name!r}: use letters, digits, - and _ (e.g. travel)")
     if name in model_set.SETS:
         raise AdaptError(f"--name {name}: that is a shipped model set; pick another name")
@@ -96,15 +101,15 @@ def adapt(
             f"{plan.forum}: {len(forum.queries)} questions closed as duplicates of questions "
             "in Posts.xml; adapting needs at least 50 (a few hundred to help)"
         )
-    plan.work.mkdir(parents=True, exist_ok=True)
+    _check_device(device)
     if max_tokens == "auto":
         max_tokens = train_tokens(device)
-    max_tokens = _started_settings(plan, epochs, max_tokens)
-    _fine_tune(plan, step, advance, log, epochs, device, threads, max_tokens)
-    if not (plan.target / model_set.SET_FILE).is_file():
+    started = _started(plan, epochs, max_tokens)
+    _fine_tune(plan, step, advance, log, epochs, device, threads, started["max_tokens"])
+    if _published(plan).get("run") != started["run"]:  # the set there is not this run's
         _convert(plan, step)
         _fit_fusion(plan, step, log)
-        _publish(plan)
+        _publish(plan, started["run"])
     report_path = plan.target / REPORT_FILE
     if not report_path.is_file():
         report = _report(plan, step, log)
@@ -122,20 +127,49 @@ def train_tokens(device: str) -> int | None:
     return None if cuda else TRAIN_TOKENS
 
 
-def _started_settings(plan: Adaptation, epochs: int, max_tokens: int | None) -> int | None:
-    """The cut of a fine-tuning already started (a run resumed on another device goes on as
-    it began), else ``max_tokens``, recorded; a resume asking for other epochs is refused."""
-    record = plan.work / "fine-tuning.json"
-    if record.is_file():
-        started = json.loads(record.read_text())
-        if started["epochs"] != epochs:
-            raise AdaptError(
-                f"{plan.name}: fine-tuning was started with --epochs {started['epochs']}: give "
-                "that to resume it, or add --again to start over"
-            )
-        return started["max_tokens"]
-    record.write_text(json.dumps({"epochs": epochs, "max_tokens": max_tokens}))
-    return max_tokens
+def _check_device(device: str) -> None:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise AdaptError(
+            "--device cuda: torch sees no CUDA GPU here (a CPU build of torch, or no driver): "
+            "use --device cpu or auto"
+        )
+
+
+def _published(plan: Adaptation) -> dict:
+    path = plan.target / model_set.SET_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _started(plan: Adaptation, epochs: int, max_tokens: int | None) -> dict:
+    """This adaptation's settings: those it began with where it is resumed (on another
+    device too: it goes on with the cut it began with), else these, recorded with a new run
+    id. A name that holds another forum's set, or a resume asking for other epochs, is
+    refused: ``--again`` starts over."""
+    record, forum = plan.work / "fine-tuning.json", str(plan.forum.resolve())
+    started = json.loads(record.read_text()) if record.is_file() else None
+    made_from = (started or _published(plan)).get("forum", forum)
+    if made_from != forum:
+        raise AdaptError(
+            f"{plan.name}: that set was learnt from {made_from}: pick another --name, or add "
+            f"--again to replace it with one learnt from {forum}"
+        )
+    if started is None:
+        started = {"forum": forum, "epochs": epochs, "max_tokens": max_tokens}
+        started["run"] = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+        plan.work.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(started))
+    elif started["epochs"] != epochs:
+        done = _published(plan).get("run") == started["run"]
+        raise AdaptError(
+            f"{plan.name}: made with --epochs {started['epochs']}: add --again to make it "
+            f"again with --epochs {epochs}"
+            if done
+            else f"{plan.name}: fine-tuning was started with --epochs {started['epochs']}: "
+            "give that to resume it, or add --again to start over"
+        )
+    return started
 
 
 def _fine_tune(plan, step, advance, log, epochs, device, threads, max_tokens) -> None:
@@ -226,8 +260,9 @@ def _fit_fusion(plan, step, log) -> None:
     log(f"fusion: {fusion.method} {weights} ({result['record']['queries']} held-out queries)")
 
 
-def _publish(plan) -> None:
+def _publish(plan, run: str) -> None:
     record = {
+        "run": run,  # the adaptation that made it (its work folder's fine-tuning.json)
         "members": [{"name": MEMBER, "dir": MEMBER}],
         "first_stage": [MEMBER],
         "made_by": f"qres adapt {plan.forum} --name {plan.name}",
@@ -237,9 +272,12 @@ def _publish(plan) -> None:
     }
     (plan.staged / model_set.SET_FILE).write_text(json.dumps(record, indent=2))
     plan.target.parent.mkdir(parents=True, exist_ok=True)
+    former = plan.work / "former-set"  # the set made before stays usable until this is whole
+    shutil.rmtree(former, ignore_errors=True)
     if plan.target.exists():
-        shutil.rmtree(plan.target)
+        plan.target.replace(former)
     plan.staged.replace(plan.target)
+    shutil.rmtree(former, ignore_errors=True)
 
 
 def _report(plan, step, log) -> dict:

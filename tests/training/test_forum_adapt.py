@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -159,6 +160,7 @@ def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypat
     quiet = lambda *_a: None  # noqa: E731
     with pytest.raises(Stop):
         forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(Stop):  # its checkpoint was saved with 128-token texts
         forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cuda")
     assert asked == [forum_adapt.TRAIN_TOKENS, forum_adapt.TRAIN_TOKENS]
@@ -169,6 +171,80 @@ def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypat
         "error: mine: fine-tuning was started with --epochs 2: give that to resume it, or add "
         "--again to start over"
     )
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def interrupted_fine_tuning(monkeypatch, tmp_path):
+    """Fine-tuning stops as it starts (Ctrl-C, say); QRES_HOME in tmp_path."""
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+
+    def finetune(*_args, **_kwargs):
+        raise Stop
+
+    monkeypatch.setattr(ft, "finetune", finetune)
+
+
+def published(tmp_path, name: str, forum) -> Path:
+    """A set as an earlier run of ``qres adapt FORUM --name NAME`` left it."""
+    target = tmp_path / "home" / "model-sets" / name
+    target.mkdir(parents=True)
+    record = {"run": "earlier", "forum": str(forum.resolve()), "members": []}
+    (target / "set.json").write_text(json.dumps(record))
+    return target
+
+
+def test_adapt_again_keeps_the_set_made_before_until_the_new_one_is_whole(
+    tmp_path, interrupted_fine_tuning
+):
+    forum = synthetic_forum(tmp_path / "forum")
+    target = published(tmp_path, "mine", forum)
+    runner = CliRunner()
+    with pytest.raises(Stop):
+        runner.invoke(
+            cli, ["adapt", str(forum), "--name", "mine", "--again"], catch_exceptions=False
+        )
+    assert json.loads((target / "set.json").read_text())["run"] == "earlier"
+
+
+def test_adapt_refuses_a_name_that_holds_another_forums_set(tmp_path, interrupted_fine_tuning):
+    published(tmp_path, "dump", synthetic_forum(tmp_path / "one" / "dump"))
+    other = synthetic_forum(tmp_path / "two" / "dump", seed=1)
+    result = CliRunner().invoke(cli, ["adapt", str(other)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: dump: that set was learnt from {tmp_path / 'one' / 'dump'}: pick another "
+        f"--name, or add --again to replace it with one learnt from {other}"
+    )
+    assert not (tmp_path / "home" / "adapt" / "dump").exists()
+
+
+def test_adapt_on_cuda_without_a_gpu_says_so_before_it_records_anything(
+    tmp_path, interrupted_fine_tuning, monkeypatch
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    forum = synthetic_forum(tmp_path / "forum")
+    result = CliRunner().invoke(cli, ["adapt", str(forum), "--device", "cuda"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: --device cuda: torch sees no CUDA GPU here (a CPU build of torch, or no "
+        "driver): use --device cpu or auto"
+    )
+    assert not (tmp_path / "home" / "adapt").exists()
+
+
+def test_adapt_asks_for_a_name_where_the_folders_is_none(tmp_path, interrupted_fine_tuning):
+    forum = synthetic_forum(tmp_path / "my dump")
+    result = CliRunner().invoke(cli, ["adapt", str(forum)])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"error: {forum}: its folder's name is no model set name: give one with --name NAME"
+    )
+    empty = CliRunner().invoke(cli, ["adapt", str(forum), "--name", ""])
+    assert empty.exit_code == 1 and "--name ''" in empty.output
 
 
 @pytest.mark.slow
@@ -204,6 +280,12 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     monkeypatch.setattr(ft, "finetune", lambda *a, **k: pytest.fail("trained again"))
     again = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1"])
     assert again.exit_code == 0, again.output
+    assert again.output == first.output
+    other = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "2"])
+    assert other.exit_code == 1
+    assert other.output.strip() == (
+        "error: mine: made with --epochs 1: add --again to make it again with --epochs 2"
+    )
 
     indexed = runner.invoke(cli, ["index", str(forum / "Posts.xml"), "--model-set", "mine"])
     assert indexed.exit_code == 0, indexed.output
@@ -233,3 +315,18 @@ def test_adapt_names_are_checked_in_one_line():
     with pytest.raises(forum_adapt.AdaptError, match="use letters, digits"):
         forum_adapt.check_name("../x")
     assert forum_adapt.check_name("travel-2015") == "travel-2015"
+
+
+def test_adapts_next_step_names_the_dumps_own_posts_file(tmp_path, capsys):
+    from qres.training.commands.adapt import _print_report
+
+    forum = tmp_path / "gz"
+    forum.mkdir()
+    (forum / "Posts.xml.gz").write_bytes(b"")
+    scores = {"before": 1.0, "after": 2.0}
+    report = {"queries": 3, "nDCG@10": {"question": scores, "title": scores}}
+    report["R@100"] = report["nDCG@10"]
+    _print_report(report, forum_adapt.Adaptation(forum, "gz"))
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"next: qres index {forum / 'Posts.xml.gz'} --model-set gz"
+    )

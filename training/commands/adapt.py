@@ -9,6 +9,8 @@ import click
 
 from qres.training.commands import fail, require_torch
 
+POSTS = ("Posts.xml", "Posts.xml.gz")
+
 
 @click.command(
     "adapt",
@@ -72,12 +74,14 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
     from qres.training import forum_adapt
 
     try:
-        plan = forum_adapt.Adaptation(forum, forum_adapt.check_name(name or forum.resolve().name))
+        if name is None and not forum_adapt.is_set_name(forum.resolve().name):
+            fail(f"{forum}: its folder's name is no model set name: give one with --name NAME")
+        chosen = forum.resolve().name if name is None else name
+        plan = forum_adapt.Adaptation(forum, forum_adapt.check_name(chosen))
     except forum_adapt.AdaptError as err:
         fail(str(err))
-    if again:
+    if again:  # the set made before is replaced only once the new one is whole
         shutil.rmtree(plan.work, ignore_errors=True)
-        shutil.rmtree(plan.target, ignore_errors=True)
     console = Console(stderr=True)
     bar = Progress(
         SpinnerColumn(),
@@ -121,7 +125,7 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
 def _print_report(report: dict, plan) -> None:
     click.echo(
         f"before (the minilm set) and after, on the forum's newest {report['queries']} "
-        f"duplicate links ({report['links']}):"
+        "duplicates, their text alone (links not followed):"
     )
     for form in ("question", "title"):
         ndcg, recall = report["nDCG@10"][form], report["R@100"][form]
@@ -130,4 +134,5 @@ def _print_report(report: dict, plan) -> None:
             f"R@100 {recall['before']:.2f} -> {recall['after']:.2f}"
         )
     click.echo(f"wrote model set {plan.name} in {plan.target}")
-    click.echo(f"next: qres index {plan.forum / 'Posts.xml'} --model-set {plan.name}")
+    posts = next((plan.forum / n for n in POSTS if (plan.forum / n).is_file()), None)
+    click.echo(f"next: qres index {posts or plan.forum / POSTS[0]} --model-set {plan.name}")
