@@ -136,3 +136,36 @@ def test_a_pasted_long_query_heads_the_table_on_one_line(run, files):
     shown = run("search", long, "--index-dir", files / "ix")
     assert shown.exit_code == 0 and "q1" in shown.output
     assert long.strip() not in shown.output and "…" in shown.output
+
+
+def test_evaluate_refuses_what_it_could_not_print_or_save_before_it_runs(run, tmp_path):
+    forum = tmp_path / "forum"  # no dump here: a refusal must come before it is read
+    forum.mkdir()
+    base = ["evaluate", "--dataset", "stackexchange", "--data-dir", forum, "--ranker", "bm25"]
+    acc = run(*base, "--accuracy-at", "5")
+    assert acc.exit_code == 2 and "--accuracy-at" in acc.output and "R@10" in acc.output
+    saved = run(*base, "--save-run", tmp_path / "nowhere" / "x.txt")
+    assert saved.exit_code == 2
+    assert f"{tmp_path / 'nowhere'}: no such folder" in " ".join(saved.output.split())
+
+
+@pytest.mark.parametrize("date", ["", ' CreationDate="yesterday"'])
+def test_a_forum_whose_duplicate_links_have_no_dates_is_refused_naming_the_line(
+    run, tmp_path, date
+):
+    (tmp_path / "Posts.xml").write_text(
+        '<posts>\n<row Id="1" PostTypeId="1" Title="visa rules" Body="schengen visa" />\n'
+        '<row Id="2" PostTypeId="1" Title="visa help" Body="schengen visa please" />\n</posts>\n'
+    )
+    (tmp_path / "PostLinks.xml").write_text(
+        f'<postlinks>\n<row Id="1"{date} PostId="2" RelatedPostId="1" LinkTypeId="3" />\n'
+        "</postlinks>\n"
+    )
+    args = ["evaluate", "--dataset", "stackexchange", "--data-dir", tmp_path, "--ranker", "bm25"]
+    result = run(*args)
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'PostLinks.xml'}:2: a duplicate link's ")
+    assert "not a date (YYYY-MM-DDTHH:MM:SS)" in line
+    # indexing, which follows links without replaying them, still takes them
+    assert run("index", tmp_path / "Posts.xml", "--index-dir", tmp_path / "ix").exit_code == 0

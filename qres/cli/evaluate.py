@@ -194,6 +194,13 @@ def evaluate(
     from qres.evaluation.rankers import open_eval_index
 
     models = _with_model_set(model_set, models)
+    if accuracy_at and dataset == "stackexchange":
+        raise click.BadParameter(
+            "a forum's queries already rank the whole forum: read R@1, R@10, R@100",
+            param_hint="--accuracy-at",
+        )
+    if save_run is not None and not save_run.parent.is_dir():
+        raise click.BadParameter(f"{save_run.parent}: no such folder", param_hint="--save-run")
     try:
         rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
         if typing and not set(rankers) <= set(ev.MODES):

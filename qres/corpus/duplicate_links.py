@@ -16,6 +16,7 @@ question is streamed with its own.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from array import array
 from bisect import bisect_left, bisect_right
@@ -37,6 +38,7 @@ INDEX_FLAG = "closed_duplicates"
 # A duplicate's originals, oldest link first: [(original id, link CreationDate), ...].
 Links = Mapping[str, list[tuple[str, str]]]
 _DATE_BYTES = 24  # a dump's CreationDate is 23 characters
+_DATE = re.compile(r"\d{4}-\d\d-\d\d([T ]\d\d:\d\d(:\d\d(\.\d+)?)?)?$")
 
 
 def beside(corpus: str | Path) -> Path | None:
@@ -46,14 +48,14 @@ def beside(corpus: str | Path) -> Path | None:
     return next((path for path in found if path.is_file()), None)
 
 
-def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
+def read_links(path: Path, dated: bool = False) -> Iterator[tuple[str, str, str]]:
     """(PostId, RelatedPostId, CreationDate) of each duplicate link, streamed; read as the
     posts are (:func:`qres.corpus.readers.xml_pieces`): a corrupt gzip stream or one endless
-    attribute is one :class:`CorpusError`."""
+    attribute is one :class:`CorpusError`; so is, where ``dated``, a link without a date."""
     parser = ET.XMLPullParser(events=("start", "end"))
     root = None
     try:
-        for _, event, row in xml_events(parser, xml_pieces(path)):
+        for line, event, row in xml_events(parser, xml_pieces(path)):
             if event == "start":
                 root = row if root is None else root
                 continue
@@ -61,8 +63,16 @@ def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
                 continue
             if row.get("LinkTypeId") == DUPLICATE:
                 post, related = row.get("PostId"), row.get("RelatedPostId")
+                date = row.get("CreationDate") or ""
+                if dated and not _DATE.match(date):
+                    raise CorpusError(
+                        path,
+                        line,
+                        f"a duplicate link's CreationDate is {date!r}, not a date "
+                        "(YYYY-MM-DDTHH:MM:SS): links are split and replayed by it",
+                    )
                 if post and related:
-                    yield post.strip(), related.strip(), (row.get("CreationDate") or "")
+                    yield post.strip(), related.strip(), date
             if row in root:
                 root.remove(row)  # the rows read are dropped: memory stays constant
         parser.close()
@@ -72,11 +82,12 @@ def read_links(path: Path) -> Iterator[tuple[str, str, str]]:
         raise CorpusError(path, err.line, str(err)) from None
 
 
-def read(path: str | Path, hint: str = "") -> DuplicateLinks:
+def read(path: str | Path, hint: str = "", dated: bool = False) -> DuplicateLinks:
     """Every duplicate of the file's links with its originals, oldest link first; ``hint``
-    ends the message of a file that cannot be read (what to do instead)."""
+    ends the message of a file that cannot be read (what to do instead); ``dated``: every
+    link must have its date (what evaluation splits and replays them by)."""
     try:
-        return DuplicateLinks(read_links(Path(path)))
+        return DuplicateLinks(read_links(Path(path), dated))
     except CorpusError as err:
         if not hint:
             raise

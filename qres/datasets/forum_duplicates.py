@@ -72,7 +72,7 @@ def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDup
         raise ValueError(f"unknown split {split!r} (one of {', '.join(SPLITS)})")
     folder = forum_dir(data_dir)
     posts, links = _find(folder, "Posts.xml"), _find(folder, "PostLinks.xml")
-    known = duplicate_links.read(links)  # query → its originals with the links' dates
+    known = duplicate_links.read(links, dated=True)  # query → its originals, links' dates
     closed = {post: (mine[0][1], {o for o, _ in mine}) for post, mine in known.items()}
     wanted = set(closed) | {o for _, originals in closed.values() for o in originals}
     questions = {q.id: q for q in forum_corpus(posts, known) if q.id in wanted}
