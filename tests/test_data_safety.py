@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -631,3 +632,37 @@ def test_files_left_by_a_writer_killed_in_mid_commit_do_not_block_the_next(tmp_p
         b.upsert(questions[:10])
         b.commit()
         assert assert_committed_prefix(b, questions) == 50
+
+
+def test_a_cut_vector_file_is_named_damaged_and_nothing_writes_over_it(tmp_path):
+    from click.testing import CliRunner
+
+    from qres.cli import cli
+
+    model = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
+    corpus = tmp_path / "forum.tsv"
+    corpus.write_text(
+        "id\ttitle\tbody\n"
+        + "".join(f"q{i}\tquestion {i} about visas\tbody {i} schengen\n" for i in range(20))
+    )
+    ix = tmp_path / "ix"
+    run = lambda *a: CliRunner().invoke(cli, [*map(str, a), "--index-dir", str(ix)])  # noqa: E731
+    assert run("index", corpus, "--model", model).exit_code == 0
+    vectors = ix / "vectors.f16"
+    with open(vectors, "r+b") as f:
+        f.truncate(vectors.stat().st_size // 2)
+    cut = vectors.read_bytes()
+    more = tmp_path / "more.tsv"
+    more.write_text("id\ttitle\tbody\nnew1\tanother question\tabout trains\n")
+    for args in (
+        ("info",),
+        ("search", "visas", "--mode", "dense"),
+        ("index", more, "--add-to-existing", "--model", model),
+        ("compact",),
+    ):
+        result = run(*args)
+        assert result.exit_code == 1, (args, result.output)
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith(f"error: {vectors}: the vector file is damaged (it ends at row 10")
+        assert "--rebuild" in line
+        assert vectors.read_bytes() == cut  # nothing appended over the rows questions use

@@ -291,7 +291,7 @@ class AnnFiles:
         if now is not None:
             try:
                 found = AnnFile(path)
-                found.check(self._vector_rows(found.rows, model, snapshot))
+                found.check(self._vector_rows(found.rows, model, snapshot, used=False))
                 now = found.stat
             except AnnFileError as err:
                 found = None

@@ -87,6 +87,13 @@ def int8_shortlist(rows, scales, at, query, k: int) -> np.ndarray:
     return np.arange(len(at))
 
 
+def damaged(path: Path, rows: int, needed: int) -> BackendError:
+    return BackendError(
+        f"{path}: the vector file is damaged (it ends at row {rows:,}; the index's questions "
+        f"use rows up to {needed:,}): re-index with `qres index CORPUS --rebuild` and a model"
+    )
+
+
 class Snapshot:
     """One generation of an index as reads see it: its tantivy index and what reads learn
     from it. Reopening the index (after a swap) replaces the whole object, never its parts,
@@ -160,7 +167,13 @@ class VectorFiles:
             for m in models:
                 path = self._vector_file(m)
                 if m not in self._vector_fds:
-                    self._vector_fds[m] = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                    try:  # rows appended after a cut would land on rows questions use
+                        self._check_rows(path, os.fstat(fd).st_size // self._row_bytes(m))
+                    except BackendError:
+                        os.close(fd)
+                        raise
+                    self._vector_fds[m] = fd
                 sizes[m] = os.fstat(self._vector_fds[m]).st_size
             # A torn row, left as is, would shift every row after it; a file shorter than
             # another (a crash between their writes) would misalign them: cut or pad every
@@ -213,8 +226,10 @@ class VectorFiles:
         return [np.asarray(vectors[m]) for m in models]
 
     def _vector_rows(
-        self, needed: int, model: int = 0, snapshot: Snapshot | None = None
+        self, needed: int, model: int = 0, snapshot: Snapshot | None = None, used: bool = True
     ) -> np.ndarray:
+        """The model's vector file as an array, read again if it holds fewer than ``needed``
+        rows; ``used``: questions point at those rows (fewer on disk: the file is damaged)."""
         snapshot = snapshot or self._snapshot
         store = snapshot.vectors.get(model)
         if store is None or len(store) < needed:
@@ -223,6 +238,8 @@ class VectorFiles:
                 raise BackendError(f"{path} is missing: re-index with `qres index --rebuild`")
             size = path.stat().st_size if path.exists() else 0
             rows = size // self._row_bytes(model)
+            if used and rows < needed:  # rows questions point at are gone (a swap retries)
+                raise damaged(path, rows, needed)
             dim = int(self._dim(model))
             store = (  # a plain array over the map: numpy's memmap class slows every read
                 np.memmap(path, self._dtype, "r", shape=(rows, dim)).view(np.ndarray)
@@ -378,8 +395,19 @@ class VectorFiles:
             return {"vector_rows": 0, "dead_vector_rows": 0}
         size = self._vector_path.stat().st_size if self._vector_path.exists() else 0
         rows = size // self._row_bytes()
+        self._check_rows(self._vector_path, rows)
         with_vector = tantivy.Query.range_query(
             self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
         )
         used = self._index.searcher().search(with_vector, 1, count=True).count
         return {"vector_rows": rows, "dead_vector_rows": max(rows - used, 0)}
+
+    def _check_rows(self, path: Path, rows: int) -> None:
+        """Refuse a vector file of ``rows`` rows that ends before a row a question uses."""
+        with_vector = tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+        )
+        last = self._index.searcher().search(with_vector, 1, count=False, order_by_field="slot")
+        needed = int(last.hits[0][0]) + 1 if last.hits else 0
+        if rows < needed:
+            raise damaged(path, rows, needed)
