@@ -101,14 +101,29 @@ def test_compare_runs_reads_runs_as_trec_eval_and_refuses_bad_ones(run, tmp_path
     # Only the first query ranked, its relevant candidate first by score (rank column ignored).
     good = tmp_path / "good.txt"
     good.write_text(f"{first.id} Q0 other 1 1.0 x\n{first.id} Q0 {relevant} 2 5.0 x\n")
-    empty = tmp_path / "empty.txt"
-    empty.write_text("")
-    payload = json.loads(
-        run("--json", "compare-runs", empty, good, "--dataset", "semeval2016").stdout
-    )
+    other = tmp_path / "other.txt"
+    other.write_text(f"{first.id} Q0 other 1 1.0 x\n")
+    compared = run("--json", "compare-runs", other, good, "--dataset", "semeval2016")
+    payload = json.loads(compared.stdout)
     ap = {row["query"]: row["AP"] for row in payload["evaluations"][1]["per_query"]}
     assert ap[first.id] == pytest.approx(100 / len(first.relevant))
     assert sum(ap.values()) == ap[first.id]  # every other query ranks nothing: AP 0
+    # ... which is said, in case the run is of another split
+    n = len(benchmark.queries)
+    assert compared.stderr.splitlines()[0] == (
+        f"warning: {other}: ranks 1 of the {n} queries of semeval2016 dev; the other {n - 1} "
+        "count as ranking nothing (a run of another --split?)"
+    )
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    result = run("compare-runs", empty, good, "--dataset", "semeval2016")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {empty}: no rankings in it: an empty run"
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"q Q0 d 1 1.0 x\n\x8d\xff\x00")
+    result = run("compare-runs", binary, good, "--dataset", "semeval2016")
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {binary}: not UTF-8 text: a run file is text"
     bad = tmp_path / "bad.txt"
     bad.write_text(f"{first.id} Q0 {relevant} 1 5.0 x\n{first.id} Q0 oops\n")
     result = run("compare-runs", bad, good, "--dataset", "semeval2016")

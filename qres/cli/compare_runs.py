@@ -42,7 +42,8 @@ def compare_runs(obj: Context, run_a, run_b, dataset, split, data_dir):
         benchmark = ev.load_benchmark(dataset, split, data_dir)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
-    evaluations = [ev.evaluate_run(benchmark, path) for path in (run_a, run_b)]
+    warn = lambda message: click.echo(f"warning: {message}", err=True)  # noqa: E731
+    evaluations = [ev.evaluate_run(benchmark, path, warn) for path in (run_a, run_b)]
     comparison = ev.compare(*evaluations)
     if obj.as_json:
         obj.emit(with_comparison([e.summary() for e in evaluations], comparison))

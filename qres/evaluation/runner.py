@@ -545,15 +545,26 @@ def eval_index_name(benchmark: Benchmark, key: str, part: str = "") -> str:
     return f"{benchmark.dataset}-{part}{key}"
 
 
-def evaluate_run(benchmark: Benchmark, path: Path) -> Evaluation:
+def evaluate_run(
+    benchmark: Benchmark, path: Path, note: Callable[[str], None] = lambda _message: None
+) -> Evaluation:
     """A TREC run file's rankings scored on ``benchmark``, named after the file; a query the
-    run leaves out ranks nothing (AP 0), a query the benchmark does not hold is refused."""
+    run leaves out ranks nothing (AP 0; ``note`` is told how many), a query the benchmark
+    does not hold is refused, and so is a run with no rankings."""
     run = read_run(path)
+    if not run:
+        raise CorpusError(path, None, "no rankings in it: an empty run")
     known = {q.id for q in benchmark.queries}
     unknown = sorted(set(run) - known)
     if unknown:
         raise CorpusError(
             path, None, f"query {unknown[0]} is not in {benchmark.dataset} {benchmark.split}"
+        )
+    if len(run) < len(known):
+        note(
+            f"{path}: ranks {len(run)} of the {len(known)} queries of {benchmark.dataset} "
+            f"{benchmark.split}; the other {len(known) - len(run)} count as ranking nothing "
+            "(a run of another --split?)"
         )
     if benchmark.whole_forum:
         tops = [[(d, 0.0) for d in run.get(q.id, []) if d != q.id] for q in benchmark.queries]

@@ -47,18 +47,26 @@ def read_run(path: Path) -> dict[str, list[str]]:
     """Each query's docids of a run file, best first as trec_eval orders them: by score
     descending, ties by docid descending (the rank column is not read)."""
     lines: dict[str, list[tuple[float, str]]] = {}
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise CorpusError(path, number, "expected 6 fields: qid Q0 docid rank score tag")
-            try:
-                score = float(fields[4])
-            except ValueError:
-                raise CorpusError(path, number, f"score {fields[4]!r} is not a number") from None
-            lines.setdefault(fields[0], []).append((score, fields[2]))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                _read_line(path, number, line, lines)
+    except UnicodeDecodeError:  # read in blocks: which line is not known
+        raise CorpusError(path, None, "not UTF-8 text: a run file is text") from None
     return {
         qid: [docid for _, docid in sorted(scored, reverse=True)] for qid, scored in lines.items()
     }
+
+
+def _read_line(path: Path, number: int, line: str, lines: dict) -> None:
+    """One line of a run file into ``lines`` (query → its (score, docid) pairs)."""
+    fields = line.split()
+    if not fields:
+        return
+    if len(fields) != 6:
+        raise CorpusError(path, number, "expected 6 fields: qid Q0 docid rank score tag")
+    try:
+        score = float(fields[4])
+    except ValueError:
+        raise CorpusError(path, number, f"score {fields[4]!r} is not a number") from None
+    lines.setdefault(fields[0], []).append((score, fields[2]))
