@@ -275,6 +275,17 @@ def test_max_tokens_imports_any_model_in_the_fast_sets_form(imported, tmp_path):
     )
     assert too_many.exit_code != 0 and "--max-tokens must be between 3 and 256" in too_many.output
     assert "Traceback" not in too_many.output
+    # a folder already there (the model an index was made with, a dump's) is not written into
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = CliRunner().invoke(
+        cli, ["import-encoder", "sentence-transformers", str(SOURCE), "--out", str(out)]
+    )
+    assert again.exit_code == 1
+    assert again.output.strip() == (
+        f"error: --out {out}: already there: give a new folder (an index made with a model "
+        "there would no longer match it), or remove it first"
+    )
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
 def test_the_fast_sets_int8_graph_rewritten_for_cuda_gives_the_same_vectors(

@@ -114,6 +114,11 @@ def import_encoder(
     from qres.training.import_encoder import TITLE_WEIGHT, derive_encoder
 
     weight = TITLE_WEIGHT if title_weight is None else title_weight
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        fail(
+            f"--out {out_dir}: already there: give a new folder (an index made with a model "
+            "there would no longer match it), or remove it first"
+        )
     try:
         if max_tokens is None:
             card = import_sentence_transformer(source, out_dir, quantize, weight)
