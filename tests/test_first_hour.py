@@ -169,3 +169,12 @@ def test_a_forum_whose_duplicate_links_have_no_dates_is_refused_naming_the_line(
     assert "not a date (YYYY-MM-DDTHH:MM:SS)" in line
     # indexing, which follows links without replaying them, still takes them
     assert run("index", tmp_path / "Posts.xml", "--index-dir", tmp_path / "ix").exit_code == 0
+
+
+def test_evaluates_first_example_runs_as_written_without_a_corpus(run):
+    result = run("--json", "evaluate", "--dataset", "askubuntu", "--split", "test")
+    assert result.exit_code == 0, result.output
+    (given,) = json.loads(result.stdout)  # bm25 needs the texts (--corpus): given-order alone
+    assert given["ranker"] == "given-order" and round(given["metrics"]["MAP"], 1) == 56.0
+    asked = run("evaluate", "--dataset", "askubuntu", "--split", "test", "--ranker", "bm25")
+    assert asked.exit_code == 1 and "pass --corpus" in asked.output  # asked for: still said

@@ -195,17 +195,17 @@ def evaluate(
 
     models = _with_model_set(model_set, models)
     if accuracy_at and dataset == "stackexchange":
-        raise click.BadParameter(
-            "a forum's queries already rank the whole forum: read R@1, R@10, R@100",
-            param_hint="--accuracy-at",
-        )
+        why = "a forum's queries already rank the whole forum: read R@1, R@10, R@100"
+        raise click.BadParameter(why, param_hint="--accuracy-at")
     if save_run is not None and not save_run.parent.is_dir():
         raise click.BadParameter(f"{save_run.parent}: no such folder", param_hint="--save-run")
+    model = models[0] if models else None
     try:
-        rankers = ev.choose_rankers(dataset, rankers, models[0] if models else None)
+        ev.choose_rankers(dataset, rankers, model)  # checked before the data is read
+        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
+        rankers = ev.choose_rankers(dataset, rankers, model, not benchmark.missing_texts)
         if typing and not set(rankers) <= set(ev.MODES):
             raise ev.SetupError("--typing", "--typing needs rankers that search (bm25, hybrid)")
-        benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
     if benchmark.with_links:

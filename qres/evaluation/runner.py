@@ -335,10 +335,15 @@ def default_split(dataset: str, split: str | None) -> str:
     return split or ("all" if dataset == "stackexchange" else "dev")
 
 
-def choose_rankers(dataset: str, rankers: Sequence[str], model: Path | None) -> tuple[str, ...]:
+def choose_rankers(
+    dataset: str, rankers: Sequence[str], model: Path | None, texts: bool = True
+) -> tuple[str, ...]:
     """``rankers`` checked against the dataset, split and model; by default given-order and
-    bm25, plus dense and hybrid with an encoder model or bow-cnn with a BOW-CNN one."""
+    bm25, plus dense and hybrid with an encoder model or bow-cnn with a BOW-CNN one
+    (without the questions' ``texts``, AskUbuntu's without --corpus: given-order alone)."""
     bowcnn = model is not None and is_bowcnn_model(model)
+    if not rankers and not texts:
+        return ("given-order",)
     if not rankers:
         rankers = ("given-order", "bm25")
         if model:  # a BOW-CNN's dense vectors would be its CNN half alone
