@@ -38,6 +38,10 @@ def test_start_up_says_who_may_write_and_what_is_logged(monkeypatch):
     ]
     monkeypatch.setenv("QRES_API_KEY", "k")
     assert startup_notes(config, access_log=True)[0].startswith("writes need the API key")
+    # several workers over an embedded index refuse every write: said so, key or not
+    assert startup_notes(config, access_log=True, read_only=True)[0] == (
+        "writes are off: an embedded index takes writes with --workers 1 only"
+    )
 
 
 @pytest.mark.parametrize(("option", "value"), [("--candidates", "0"), ("--dense-candidates", "-1")])

@@ -161,7 +161,7 @@ def serve(
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
     service = Service(config)  # fails here, in one line, on a missing index or model
-    for note in startup_notes(config, access_log):
+    for note in startup_notes(config, access_log, service.read_only):
         logging.getLogger("qres.serve").info(note)
     if workers == 1:
         uvicorn.run(

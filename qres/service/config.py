@@ -62,9 +62,12 @@ def check_open_writes(host: str) -> None:
         )
 
 
-def startup_notes(config: ServiceConfig, access_log: bool) -> list[str]:
-    """What an operator should know before the first request: who may write, what is logged."""
-    if os.environ.get(API_KEY_ENV):
+def startup_notes(config: ServiceConfig, access_log: bool, read_only: bool = False) -> list[str]:
+    """What an operator should know before the first request: who may write, what is logged
+    (``read_only``: the server takes no writes, whatever the key or --open-writes)."""
+    if read_only:
+        writes = "writes are off: an embedded index takes writes with --workers 1 only"
+    elif os.environ.get(API_KEY_ENV):
         writes = f"writes need the API key in {API_KEY_ENV} (header X-API-Key or Bearer)"
     elif config.open_writes:
         writes = "writes are open to anyone who can reach this address (--open-writes)"
