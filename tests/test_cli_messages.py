@@ -120,3 +120,17 @@ def test_info_shows_index_dir_only_for_the_embedded_backend(run, monkeypatch):
     assert down.exit_code == 1
     assert down.output.startswith("error: cannot reach Elasticsearch at http://127.0.0.1:9")
     assert "index_dir" not in down.output
+
+
+@pytest.mark.parametrize("command", ["adapt", "download", "import-encoder", "serve"])
+def test_a_command_that_prints_no_json_refuses_json_instead_of_ignoring_it(command):
+    from click.testing import CliRunner
+
+    from qres.cli import cli
+
+    before = CliRunner().invoke(cli, ["--json", command])
+    assert before.exit_code == 2
+    assert f"qres {command} prints no JSON: leave out --json" in before.output
+    after = CliRunner().invoke(cli, [command, "--json"])
+    assert after.exit_code == 2 and "No such option" in after.output
+    assert "--json" not in CliRunner().invoke(cli, [command, "--help"]).output

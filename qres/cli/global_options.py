@@ -15,15 +15,18 @@ GLOBAL_OPTIONS = {
 }
 
 
-def take_global_options(command: click.Command, group: click.Group) -> None:
+def take_global_options(command: click.Command, group: click.Group, json: bool = True) -> None:
     """Give ``command`` a copy of each of the group's options, except one it has of its own
-    (``train --device``); given after the command, it overrides the group's."""
+    (``train --device``), and ``--json`` unless it prints JSON (``json``); given after the
+    command, it overrides the group's."""
     if getattr(command, "_takes_global_options", False):
         return
     command._takes_global_options = True
     own = {opt for param in command.params for opt in param.opts}
     for option in group.params:
         if option.name not in GLOBAL_OPTIONS or own & set(option.opts):
+            continue
+        if option.name == "as_json" and not json:
             continue
 
         def land(ctx, _param, value, attribute=GLOBAL_OPTIONS[option.name]):

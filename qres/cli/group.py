@@ -63,6 +63,10 @@ LAZY_COMMANDS = {
     "adapt": "qres.training.commands.adapt:adapt",
 }
 
+# The commands that print JSON with --json; the others do not take it.
+JSON_COMMANDS = ("index", "info", "compact", "search", "evaluate", "compare-runs")
+JSON_COMMANDS += ("tune-fusion", "tags")
+
 
 class CommandError(Exception):
     """What a command reports to the user: printed as one ``error:`` line, exit status 1."""
@@ -83,7 +87,7 @@ class QresGroup(click.Group):
             module, attr = LAZY_COMMANDS[cmd_name].split(":")
             command = getattr(importlib.import_module(module), attr)
         if command is not None:
-            take_global_options(command, self)
+            take_global_options(command, self, json=cmd_name in JSON_COMMANDS)
         return command
 
     def resolve_command(self, ctx, args):
@@ -164,6 +168,8 @@ def cli(ctx, index_dir, backend, as_json, device):
       qres search "boot ubuntu from usb"           # candidates rescored and fused
       qres serve --port 8000                       # the widget and HTTP API
     """
+    if as_json and ctx.invoked_subcommand not in (None, *JSON_COMMANDS):
+        raise click.UsageError(f"qres {ctx.invoked_subcommand} prints no JSON: leave out --json")
     ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)
 
 

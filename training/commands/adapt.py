@@ -113,10 +113,11 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
     try:
         with bar:
             report = forum_adapt.adapt(plan, step, advance, log, epochs, device)
-    except forum_adapt.AdaptError as err:
+    except (forum_adapt.AdaptError, CorpusError, EncoderError, ValueError) as err:
         fail(str(err))
-    except (CorpusError, EncoderError, ValueError, OSError) as err:
-        fail(f"{err} (run the same command again to resume)")
+    except OSError as err:  # a full disk, say: what was done is kept
+        where = f"{err.filename}: " if err.filename else ""
+        fail(f"{where}{err.strerror or err} (fix that, then run the same command to resume)")
     except KeyboardInterrupt:
         fail("interrupted: run the same command again to resume where it stopped")
     _print_report(report, plan)
