@@ -88,11 +88,13 @@ def adapt(
     device: str = "auto",
     threads: int | None = None,
     max_tokens: int | None | str = "auto",
+    again: bool = False,
 ) -> dict:
     """Run (or resume) every step of ``plan``; returns the report. ``step(what, total)``
     starts a stage of ``total`` units (None: unknown), ``advance(n)`` moves it on;
     ``max_tokens``: texts are cut to this while fine-tuning (None: MiniLM's own 256;
-    "auto": :func:`train_tokens`)."""
+    "auto": :func:`train_tokens`); ``again``: a set already under the name is replaced, made
+    from whichever forum."""
     from qres.datasets.forum_duplicates import load_forum_duplicates
 
     forum = load_forum_duplicates(plan.forum, "all")  # one-line CorpusError if not a dump
@@ -104,7 +106,7 @@ def adapt(
     _check_device(device)
     if max_tokens == "auto":
         max_tokens = train_tokens(device)
-    started = _started(plan, epochs, max_tokens)
+    started = _started(plan, epochs, max_tokens, again)
     _fine_tune(plan, step, advance, log, epochs, device, threads, started["max_tokens"])
     if _published(plan).get("run") != started["run"]:  # the set there is not this run's
         _convert(plan, step)
@@ -142,14 +144,14 @@ def _published(plan: Adaptation) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _started(plan: Adaptation, epochs: int, max_tokens: int | None) -> dict:
+def _started(plan: Adaptation, epochs: int, max_tokens: int | None, again: bool) -> dict:
     """This adaptation's settings: those it began with where it is resumed (on another
     device too: it goes on with the cut it began with), else these, recorded with a new run
     id. A name that holds another forum's set, or a resume asking for other epochs, is
     refused: ``--again`` starts over."""
     record, forum = plan.work / "fine-tuning.json", str(plan.forum.resolve())
     started = json.loads(record.read_text()) if record.is_file() else None
-    made_from = (started or _published(plan)).get("forum", forum)
+    made_from = (started or ({} if again else _published(plan))).get("forum", forum)
     if made_from != forum:
         raise AdaptError(
             f"{plan.name}: that set was learnt from {made_from}: pick another --name, or add "

@@ -220,6 +220,8 @@ def test_adapt_refuses_a_name_that_holds_another_forums_set(tmp_path, interrupte
         f"--name, or add --again to replace it with one learnt from {other}"
     )
     assert not (tmp_path / "home" / "adapt" / "dump").exists()
+    with pytest.raises(Stop):  # as it says: --again goes on (to fine-tuning, stopped here)
+        CliRunner().invoke(cli, ["adapt", str(other), "--again"], catch_exceptions=False)
 
 
 def test_adapt_on_cuda_without_a_gpu_says_so_before_it_records_anything(

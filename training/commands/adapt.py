@@ -112,7 +112,7 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
 
     try:
         with bar:
-            report = forum_adapt.adapt(plan, step, advance, log, epochs, device)
+            report = forum_adapt.adapt(plan, step, advance, log, epochs, device, again=again)
     except (forum_adapt.AdaptError, CorpusError, EncoderError, ValueError) as err:
         fail(str(err))
     except OSError as err:  # a full disk, say: what was done is kept
