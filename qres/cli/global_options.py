@@ -15,6 +15,17 @@ GLOBAL_OPTIONS = {
 }
 
 
+# The commands that print JSON with --json; the others do not take it.
+JSON_COMMANDS = ("index", "info", "compact", "search", "evaluate", "compare-runs", "tune-fusion")
+JSON_COMMANDS += ("tags",)
+
+
+def refuse_json_where_none(ctx: click.Context, as_json: bool) -> None:
+    """``qres --json COMMAND`` for a command that prints no JSON: a usage error, not ignored."""
+    if as_json and ctx.invoked_subcommand not in (None, *JSON_COMMANDS):
+        raise click.UsageError(f"qres {ctx.invoked_subcommand} prints no JSON: leave out --json")
+
+
 def take_global_options(command: click.Command, group: click.Group, json: bool = True) -> None:
     """Give ``command`` a copy of each of the group's options, except one it has of its own
     (``train --device``), and ``--json`` unless it prints JSON (``json``); given after the

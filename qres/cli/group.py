@@ -14,7 +14,7 @@ import click
 from qres import paths
 from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend, BackendError
-from qres.cli.global_options import take_global_options
+from qres.cli.global_options import JSON_COMMANDS, refuse_json_where_none, take_global_options
 from qres.cli.output import console
 from qres.cli.output import stdout as stdout  # what the commands print tables with
 from qres.corpus.readers import CorpusError
@@ -62,10 +62,6 @@ LAZY_COMMANDS = {
     "import-encoder": "qres.training.commands.import_encoder:import_encoder",
     "adapt": "qres.training.commands.adapt:adapt",
 }
-
-# The commands that print JSON with --json; the others do not take it.
-JSON_COMMANDS = ("index", "info", "compact", "search", "evaluate", "compare-runs")
-JSON_COMMANDS += ("tune-fusion", "tags")
 
 
 class CommandError(Exception):
@@ -168,8 +164,7 @@ def cli(ctx, index_dir, backend, as_json, device):
       qres search "boot ubuntu from usb"           # candidates rescored and fused
       qres serve --port 8000                       # the widget and HTTP API
     """
-    if as_json and ctx.invoked_subcommand not in (None, *JSON_COMMANDS):
-        raise click.UsageError(f"qres {ctx.invoked_subcommand} prints no JSON: leave out --json")
+    refuse_json_where_none(ctx, as_json)
     ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)
 
 

@@ -282,7 +282,7 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     monkeypatch.setattr(ft, "finetune", lambda *a, **k: pytest.fail("trained again"))
     again = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1"])
     assert again.exit_code == 0, again.output
-    assert again.output == first.output
+    assert again.output.splitlines()[-5:] == first.output.splitlines()[-5:]  # the report
     other = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "2"])
     assert other.exit_code == 1
     assert other.output.strip() == (
