@@ -178,3 +178,25 @@ def test_evaluates_first_example_runs_as_written_without_a_corpus(run):
     assert given["ranker"] == "given-order" and round(given["metrics"]["MAP"], 1) == 56.0
     asked = run("evaluate", "--dataset", "askubuntu", "--split", "test", "--ranker", "bm25")
     assert asked.exit_code == 1 and "pass --corpus" in asked.output  # asked for: still said
+
+
+def test_an_index_another_user_made_unreadable_says_so_in_one_line(run, files, monkeypatch):
+    import tantivy
+
+    ix = files / "ix"
+    assert run("index", files / "forum.tsv", "--index-dir", ix).exit_code == 0
+
+    def denied(path):  # what tantivy raises for a .managed.json of mode 600 and another owner
+        raise ValueError(
+            "IoError { io_error: Os { code: 13, kind: PermissionDenied, "
+            'message: "Permission denied" } }'
+        )
+
+    monkeypatch.setattr(tantivy.Index, "open", denied)
+    result = run("search", "cherry", "--index-dir", ix)
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line == (
+        f"error: {ix / 'tantivy'}: cannot open the index: permission denied reading its files "
+        f"(made by another user? let this one read them: chmod -R a+rX {ix})"
+    )

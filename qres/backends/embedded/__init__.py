@@ -205,7 +205,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
                 return tantivy.Index.open(str(engine))
             except ValueError as err:
                 if "Lockfile" not in str(err):
-                    raise BackendError(f"{engine}: cannot open the index ({err})") from None
+                    raise _cannot_open(engine, err) from None
         # A read-only index: tantivy wants to create lock files beside the index files, so
         # open a private directory of links to them (a read-only index never changes).
         self._view = tempfile.mkdtemp(prefix="qres-readonly-")
@@ -215,7 +215,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         try:
             return tantivy.Index.open(self._view)
         except ValueError as err:
-            raise BackendError(f"{engine}: cannot open the index ({err})") from None
+            raise _cannot_open(engine, err) from None
 
     def _replaced(self) -> bool:
         """Whether a rebuild or compaction swapped a new directory in since we opened."""
@@ -462,6 +462,15 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
                 self.finish_rebuild()
         finally:
             self.close()
+
+
+def _cannot_open(engine: Path, err: Exception) -> BackendError:
+    if "Permission denied" in str(err):  # tantivy's own message is a Rust debug dump
+        return BackendError(
+            f"{engine}: cannot open the index: permission denied reading its files (made by "
+            f"another user? let this one read them: chmod -R a+rX {engine.parent})"
+        )
+    return BackendError(f"{engine}: cannot open the index ({err})")
 
 
 class _TantivyCandidates(Candidates):
