@@ -10,7 +10,9 @@ its next GET /search as soon as the last answer came) for a bounded time after a
 Reports requests/s, p50/p99 latency as the client saw it, errors, and at the end the RSS of
 the server's processes (and the anonymous part of it, which each worker holds on its own:
 the index files they map are shared). ``--queries-from CORPUS``: its titles are the queries
-(default synthetic ones). The clients run on
+(default synthetic ones); ``--typing N``: each title cut to its first N characters and asked
+with ``typing=true``, as the widget asks while a title is typed (``--typing N --as-typed``:
+the same cut titles without it). The clients run on
 the same machine as the server and take CPU from it: the figures are for both together.
 """
 
@@ -185,6 +187,8 @@ def main() -> None:
     parser.add_argument(
         "--queries-from", type=Path, help="a corpus whose titles are the queries [synthetic]"
     )
+    parser.add_argument("--typing", type=int, default=None, metavar="N")
+    parser.add_argument("--as-typed", action="store_true", help="with --typing: typing=false")
     args = parser.parse_args()
 
     forum = SyntheticForum(args.data_dir)
@@ -198,10 +202,11 @@ def main() -> None:
         texts = list(islice(titles, args.queries))
     else:
         texts = forum.query_texts(args.queries)
-    paths = [
-        "/search?" + urllib.parse.urlencode({"q": text, "k": 10, "mode": args.mode})
-        for text in texts
-    ]
+    params = {"k": 10, "mode": args.mode}
+    if args.typing is not None:
+        texts = [" ".join(t.split())[: args.typing] for t in texts]  # as title-chars:N cuts
+        params["typing"] = "false" if args.as_typed else "true"
+    paths = ["/search?" + urllib.parse.urlencode({"q": text, **params}) for text in texts]
     port = free_port()
     log_path = args.index_dir.with_name(args.index_dir.name + "-serve.log")
     with open(log_path, "ab") as log:
@@ -232,6 +237,9 @@ def main() -> None:
                 else "synthetic, SemEval word distribution",
                 "index": index,
                 "mode": args.mode,
+                "typing": None
+                if args.typing is None
+                else {"chars": args.typing, "typing": not args.as_typed},
                 "k": 10,
                 "server": {"workers": args.workers, "host": "127.0.0.1"},
                 "client": "closed-loop http.client threads on the same machine",

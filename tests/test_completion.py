@@ -103,6 +103,11 @@ def test_a_typed_search_ranks_what_it_searched_with_bm25_searched_once_where_it_
         assert [(r.id, r.score) for r in typed_results] == [(r.id, r.score) for r in expected]
         # the word as typed stays: the completion's BM25 search is the one rescored
         assert calls.count(None) == (1 if typed == searched else 2)
+        # as `qres search --typing` and /search?typing=true ask: the text searched too
+        calls.clear()
+        text, served = pipeline.search_typed(typed, 4, mode)
+        assert text == searched and [r.id for r in served] == [r.id for r in expected]
+        assert calls.count(None) == (1 if typed == searched else 2)
 
 
 def test_qres_search_typing_says_what_it_searched(forum):

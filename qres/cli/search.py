@@ -120,8 +120,10 @@ def search(
         signals = model_labels(pipeline.encoders)
         mode = pipeline.mode
         started = time.perf_counter()
-        searched = pipeline.complete_typed(text) if typing else text
-        results = pipeline.search(searched, k, mode)
+        if typing:
+            searched, results = pipeline.search_typed(text, k, mode)
+        else:
+            searched, results = text, pipeline.search(text, k, mode)
         latency_ms = (time.perf_counter() - started) * 1000
         if log_queries:
             _log_search(backend, text, mode, k, latency_ms, results)

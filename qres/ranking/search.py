@@ -401,12 +401,37 @@ class SearchPipeline:
         a question closed as a duplicate gives way to its original
         (:mod:`qres.ranking.duplicates`; ``links_before``: only links made before then).
         ``typing``: ``text`` is being typed, its last word maybe unfinished
-        (:meth:`complete_typed`)."""
-        mode = mode or self.mode
-        searched = None  # BM25's candidates for text, already searched
+        (:meth:`search_typed`)."""
         if typing and query_vector is None:
-            rescorable = mode != "bm25" and self.encoder is not None and only_ids is None
-            text, searched = self._completed(text, max(k, self.candidates) if rescorable else 0)
+            options = dict(with_text=with_text, links_before=links_before)
+            return self.search_typed(text, k, mode, only_ids, **options)[1]
+        return self._search(text, k, mode, only_ids, query_vector, with_text, links_before)
+
+    def search_typed(
+        self,
+        text: str,
+        k: int = 10,
+        mode: str | None = None,
+        only_ids: Sequence[str] | None = None,
+        *,
+        with_text: bool = True,
+        links_before: str | None = None,
+    ) -> tuple[str, list[Result]]:
+        """The text a title being typed is searched as (:meth:`complete_typed`: its last
+        word completed) and :meth:`search`'s results for it; where the completion left the
+        text as typed, its BM25 candidates are the search's, not searched again."""
+        mode = mode or self.mode
+        rescorable = mode != "bm25" and self.encoder is not None and only_ids is None
+        searched_text, found = self._completed(text, max(k, self.candidates) if rescorable else 0)
+        results = self._search(
+            searched_text, k, mode, only_ids, None, with_text, links_before, found
+        )
+        return searched_text, results
+
+    def _search(
+        self, text, k, mode, only_ids, query_vector, with_text, links_before, searched=None
+    ) -> list[Result]:
+        mode = mode or self.mode
         if mode != "bm25" and self.encoder is not None:
             query_vector = self._query_vectors(text, query_vector)
         stored: dict = {}

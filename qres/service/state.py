@@ -117,8 +117,10 @@ class Service:
             several = isinstance(vectors, dict)
             vector = {fp: v[0] for fp, v in vectors.items()} if several else vectors[0]
         text = f"{title} {body}".strip()
-        searched = self.pipeline.complete_typed(text) if typing and vector is None else text
-        results = self.pipeline.search(searched, k, mode, query_vector=vector)
+        if typing and vector is None:  # searched once where the last word stays as typed
+            searched, results = self.pipeline.search_typed(text, k, mode)
+        else:
+            searched, results = text, self.pipeline.search(text, k, mode, query_vector=vector)
         seconds = time.perf_counter() - started
         self.metrics.search_seconds.labels(mode).observe(seconds)
         hits = [self._hit(rank, r, explain) for rank, r in enumerate(results, 1)]
