@@ -200,3 +200,18 @@ def test_an_index_another_user_made_unreadable_says_so_in_one_line(run, files, m
         f"error: {ix / 'tantivy'}: cannot open the index: permission denied reading its files "
         f"(made by another user? let this one read them: chmod -R a+rX {ix})"
     )
+
+
+def test_askubuntus_downloaded_texts_are_found_without_corpus(tmp_path, monkeypatch):
+    import gzip
+
+    from qres.evaluation.runner import load_benchmark
+
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    assert load_benchmark("askubuntu", "test").missing_texts  # nothing downloaded yet
+    downloaded = tmp_path / "home" / "data" / "askubuntu" / "text_tokenized.txt.gz"
+    downloaded.parent.mkdir(parents=True)
+    with gzip.open(downloaded, "wt") as f:
+        f.write("1\tboot from usb\tmy usb stick\n")
+    found = load_benchmark("askubuntu", "test")
+    assert not found.missing_texts and found.source == downloaded

@@ -69,7 +69,8 @@ def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
 @click.option(
     "--corpus",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="AskUbuntu text_tokenized.txt(.gz): needed to rank AskUbuntu with qres itself.",
+    help="AskUbuntu text_tokenized.txt(.gz), needed to rank AskUbuntu with qres itself "
+    "[default: beside its files, or where `qres download askubuntu` put it].",
 )
 @click.option(
     "--accuracy-at",

@@ -251,6 +251,14 @@ def default_data_dir() -> Path:
     return shared if shared.exists() else paths.data_dir()
 
 
+def askubuntu_corpus(folder: Path) -> Path | None:
+    """AskUbuntu's texts (``text_tokenized.txt[.gz]``) in ``folder`` or where ``qres download
+    askubuntu`` put them, if either holds them."""
+    (names,) = LAYOUTS["askubuntu"].splits["corpus"]
+    places = (folder, paths.data_dir() / LAYOUTS["askubuntu"].folder)
+    return next((p / n for p in places for n in names if (p / n).is_file()), None)
+
+
 def dataset_dir(name: str, data_dir: Path | None = None) -> Path:
     """The folder of data set ``name`` under ``data_dir`` (default :func:`default_data_dir`)."""
     return (data_dir or default_data_dir()) / LAYOUTS[name].folder

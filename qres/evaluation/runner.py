@@ -47,6 +47,7 @@ from qres.corpus.readers import CorpusError, Question, read_corpus
 from qres.datasets.benchmarks import (
     LAYOUTS,
     RankingQuery,
+    askubuntu_corpus,
     dataset_dir,
     load_android,
     load_askubuntu_eval,
@@ -312,6 +313,7 @@ def _load_benchmark(dataset, split, data_dir, corpus, links) -> Benchmark:
         )
     (split_file,) = LAYOUTS["askubuntu"].files(folder, split)
     queries = load_askubuntu_eval(split_file)
+    corpus = corpus or askubuntu_corpus(folder)  # beside the files, or downloaded
     texts: dict[str, Question] = {}
     if corpus is not None:
         needed = {q.id for q in queries} | {c for q in queries for c in q.candidates}
