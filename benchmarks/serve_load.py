@@ -204,7 +204,9 @@ def main() -> None:
         texts = forum.query_texts(args.queries)
     params = {"k": 10, "mode": args.mode}
     if args.typing is not None:
-        texts = [" ".join(t.split())[: args.typing] for t in texts]  # as title-chars:N cuts
+        from qres.evaluation.query_form import title_chars
+
+        texts = [title_chars(t, args.typing) for t in texts]
         params["typing"] = "false" if args.as_typed else "true"
     paths = ["/search?" + urllib.parse.urlencode({"q": text, **params}) for text in texts]
     port = free_port()

@@ -27,6 +27,7 @@ from search_latency import machine, summary, timed_in_turn  # noqa: E402
 
 from qres.corpus.readers import read_corpus  # noqa: E402
 from qres.datasets.benchmarks import default_data_dir  # noqa: E402
+from qres.evaluation.query_form import title_chars  # noqa: E402
 from qres.ranking.search import SearchPipeline  # noqa: E402
 
 
@@ -39,7 +40,8 @@ def main() -> None:
     args = parser.parse_args()
     posts = args.forum or default_data_dir() / "stackexchange-travel" / "Posts.xml"
     titles = (" ".join(q.title.split()) for q in read_corpus(posts))
-    queries = list(islice((t[: args.chars] for t in titles if len(t) > args.chars), args.queries))
+    cut = (title_chars(t, args.chars) for t in titles if len(t) > args.chars)
+    queries = list(islice(cut, args.queries))
     with SearchPipeline.open(args.index_dir) as pipeline:
         engines = {
             "as_typed": lambda text: pipeline.search(text, 10),

@@ -49,6 +49,11 @@ def apply(question: Question, form: str) -> Question:
     if form.startswith("title-words:"):
         title = " ".join(title.split()[: int(form.partition(":")[2])])
     elif form.startswith("title-chars:"):
-        # a space after the last word kept: it says the word is finished
-        title = " ".join(title.split())[: int(form.partition(":")[2])]
+        title = title_chars(title, int(form.partition(":")[2]))
     return replace(question, title=title, body="")
+
+
+def title_chars(title: str, n: int) -> str:
+    """The first ``n`` characters of ``title``, its spaces as one; a space after the last
+    word is kept: it says the word is finished."""
+    return " ".join(title.split())[:n]

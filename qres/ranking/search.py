@@ -402,34 +402,32 @@ class SearchPipeline:
         (:mod:`qres.ranking.duplicates`; ``links_before``: only links made before then).
         ``typing``: ``text`` is being typed, its last word maybe unfinished
         (:meth:`search_typed`)."""
+        options = dict(only_ids=only_ids, with_text=with_text, links_before=links_before)
         if typing and query_vector is None:
-            options = dict(with_text=with_text, links_before=links_before)
-            return self.search_typed(text, k, mode, only_ids, **options)[1]
-        return self._search(text, k, mode, only_ids, query_vector, with_text, links_before)
+            return self.search_typed(text, k, mode, **options)[1]
+        return self._search(text, k, mode, query_vector=query_vector, **options)
 
-    def search_typed(
-        self,
-        text: str,
-        k: int = 10,
-        mode: str | None = None,
-        only_ids: Sequence[str] | None = None,
-        *,
-        with_text: bool = True,
-        links_before: str | None = None,
-    ) -> tuple[str, list[Result]]:
+    def search_typed(self, text: str, k: int = 10, mode: str | None = None, **options):
         """The text a title being typed is searched as (:meth:`complete_typed`: its last
-        word completed) and :meth:`search`'s results for it; where the completion left the
-        text as typed, its BM25 candidates are the search's, not searched again."""
+        word completed) and :meth:`search`'s results for it (``options``: its only_ids,
+        with_text, links_before); where the completion left the text as typed, its BM25
+        candidates are the search's, not searched again."""
         mode = mode or self.mode
+        only_ids = options.get("only_ids")
         rescorable = mode != "bm25" and self.encoder is not None and only_ids is None
         searched_text, found = self._completed(text, max(k, self.candidates) if rescorable else 0)
-        results = self._search(
-            searched_text, k, mode, only_ids, None, with_text, links_before, found
-        )
-        return searched_text, results
+        return searched_text, self._search(searched_text, k, mode, searched=found, **options)
 
     def _search(
-        self, text, k, mode, only_ids, query_vector, with_text, links_before, searched=None
+        self,
+        text,
+        k,
+        mode,
+        only_ids=None,
+        query_vector=None,
+        with_text=True,
+        links_before=None,
+        searched=None,
     ) -> list[Result]:
         mode = mode or self.mode
         if mode != "bm25" and self.encoder is not None:

@@ -346,10 +346,8 @@ class VectorFiles:
         the rows, and those reopen the index, which replaces the snapshot holding this cache,
         so the ids of rows already seen are never read again."""
         searcher = searcher or snapshot.index.searcher()
-        with_vector = tantivy.Query.range_query(
-            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=start
-        )
-        stats = searcher.aggregate(with_vector, {"slots": {"stats": {"field": "slot"}}})["slots"]
+        with_vector = self._with_vector(start)
+        stats = self._slot_stats(searcher, with_vector)
         state = (start, stats["count"], stats["sum"], stats["max"])
         kept = "live_slots" if start == 0 else "tail_slots"
         cached = getattr(snapshot, kept)
@@ -395,19 +393,25 @@ class VectorFiles:
             return {"vector_rows": 0, "dead_vector_rows": 0}
         size = self._vector_path.stat().st_size if self._vector_path.exists() else 0
         rows = size // self._row_bytes()
-        self._check_rows(self._vector_path, rows)
-        with_vector = tantivy.Query.range_query(
-            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
-        )
-        used = self._index.searcher().search(with_vector, 1, count=True).count
+        used = self._check_rows(self._vector_path, rows)
         return {"vector_rows": rows, "dead_vector_rows": max(rows - used, 0)}
 
-    def _check_rows(self, path: Path, rows: int) -> None:
-        """Refuse a vector file of ``rows`` rows that ends before a row a question uses."""
-        with_vector = tantivy.Query.range_query(
-            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=0
+    def _with_vector(self, start: int = 0) -> tantivy.Query:
+        """The documents whose vectors are at rows ``start`` and after."""
+        return tantivy.Query.range_query(
+            self._schema, "slot", tantivy.FieldType.Integer, lower_bound=start
         )
-        last = self._index.searcher().search(with_vector, 1, count=False, order_by_field="slot")
-        needed = int(last.hits[0][0]) + 1 if last.hits else 0
+
+    def _slot_stats(self, searcher, with_vector: tantivy.Query) -> dict:
+        """The count, sum and maximum of the rows ``with_vector``'s documents point to."""
+        return searcher.aggregate(with_vector, {"slots": {"stats": {"field": "slot"}}})["slots"]
+
+    def _check_rows(self, path: Path, rows: int) -> int:
+        """Refuse a vector file of ``rows`` rows that ends before a row a question uses;
+        returns how many questions use rows."""
+        stats = self._slot_stats(self._index.searcher(), self._with_vector())
+        used = int(stats["count"])
+        needed = int(stats["max"]) + 1 if used else 0
         if rows < needed:
             raise damaged(path, rows, needed)
+        return used
