@@ -52,8 +52,10 @@ from qres.training.rundir import (
     LAST_FILE,
     RUN_FILE,
     VOCAB_FILE,
+    checked_run,
     new_run,
     open_run,
+    read_checkpoint,
     run_dir_and_checkpoint,
 )
 
@@ -245,18 +247,14 @@ def is_bowcnn_run(source: str | Path) -> bool:
 
 def load_bowcnn(source: str | Path) -> tuple[BowCnn, Vocab, dict]:
     """The model (eval mode), vocabulary and run record of a BOW-CNN run (best epoch)."""
-    run_dir, checkpoint = run_dir_and_checkpoint(source)
-    for path in (run_dir / RUN_FILE, run_dir / VOCAB_FILE, checkpoint):
-        if not path.exists():
-            raise TrainError(f"{path}: not found (is {run_dir} a training run directory?)")
+    run_dir, checkpoint = checked_run(source)
     if not is_bowcnn_run(run_dir):
         raise TrainError(f'{run_dir / RUN_FILE}: not a BOW-CNN run (no "scorer": "{SCORER}")')
     try:
         vocab = Vocab.load(run_dir / VOCAB_FILE)
         run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         model = _model_from_run(run, vocab)
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
+        model.load_state_dict(read_checkpoint(checkpoint)["model"])
     except (ValueError, KeyError, TypeError, RuntimeError) as err:
         raise TrainError(f"{run_dir}: cannot load the run ({str(err).splitlines()[0]})") from None
     return model.eval(), vocab, run

@@ -179,17 +179,41 @@ def run_summary(run: dict, out_dir: Path) -> list[str]:
     return lines
 
 
-def load_trained(source: str | Path) -> tuple[QuestionEncoder, Vocab, dict]:
-    """The model, vocabulary and run record of a run directory (best epoch) or checkpoint."""
+def checked_run(source: str | Path) -> tuple[Path, Path]:
+    """:func:`run_dir_and_checkpoint`, once the run's files are there: a checkpoint file is
+    exported from its run directory, with that run's run.json and vocab.txt beside it."""
     run_dir, checkpoint = run_dir_and_checkpoint(source)
     for path in (run_dir / RUN_FILE, run_dir / VOCAB_FILE, checkpoint):
-        if not path.exists():
-            raise TrainError(f"{path}: not found (is {run_dir} a training run directory?)")
+        if path.exists():
+            continue
+        if Path(source).is_file():
+            raise TrainError(
+                f"{source}: a checkpoint is read from its training run directory, with its "
+                f"{path.name} beside it; {run_dir} has none"
+            )
+        raise TrainError(f"{path}: not found (is {run_dir} a training run directory?)")
+    return run_dir, checkpoint
+
+
+def read_checkpoint(checkpoint: Path) -> dict:
+    """A checkpoint's saved state, or a one-line error naming the file."""
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    except Exception as err:  # torch.load raises whatever unpickling a foreign file raises
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise TrainError(f"{checkpoint}: not a qres training checkpoint ({why})") from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise TrainError(f"{checkpoint}: not a qres training checkpoint (no model state)")
+    return state
+
+
+def load_trained(source: str | Path) -> tuple[QuestionEncoder, Vocab, dict]:
+    """The model, vocabulary and run record of a run directory (best epoch) or checkpoint."""
+    run_dir, checkpoint = checked_run(source)
     try:
         run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
         model = QuestionEncoder(EncoderConfig(**run["encoder"]))
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
+        model.load_state_dict(read_checkpoint(checkpoint)["model"])
     except (ValueError, KeyError, TypeError, RuntimeError) as err:
         raise TrainError(f"{run_dir}: cannot load the run ({str(err).splitlines()[0]})") from None
     return model.eval(), Vocab.load(run_dir / VOCAB_FILE), run

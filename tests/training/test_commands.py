@@ -54,6 +54,18 @@ def test_train_then_export_from_the_command_line(tmp_path):
     card = json.loads((tmp_path / "model" / "model.json").read_text())
     assert encoder.dim == 8 and card["architecture"] == "cnn"
     assert card["encoder"]["finetune_embeddings"] is True
+    # A file that is not a checkpoint, in the run or alone: one line naming it.
+    (tmp_path / "run" / "junk.pt").write_bytes(b"not a checkpoint")
+    result = runner.invoke(
+        export_onnx, [str(tmp_path / "run" / "junk.pt"), "--out", str(tmp_path / "m2")]
+    )
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert "junk.pt: not a qres training checkpoint" in result.output
+    (tmp_path / "junk.pt").write_bytes(b"x")
+    result = runner.invoke(export_onnx, [str(tmp_path / "junk.pt"), "--out", str(tmp_path / "m3")])
+    assert result.exit_code == 1
+    assert "junk.pt: a checkpoint is read from its training run directory" in result.output
+    assert not (tmp_path / "m2").exists() and not (tmp_path / "m3").exists()
 
 
 def test_user_errors_are_one_line(tmp_path):
