@@ -147,6 +147,16 @@ def test_evaluate_refuses_what_it_could_not_print_or_save_before_it_runs(run, tm
     saved = run(*base, "--save-run", tmp_path / "nowhere" / "x.txt")
     assert saved.exit_code == 2
     assert f"{tmp_path / 'nowhere'}: no such folder" in " ".join(saved.output.split())
+    (tmp_path / "fusion.json").write_text("{}")
+    fused = run(*base, "--fusion", tmp_path / "fusion.json")  # bm25 alone fuses nothing
+    assert fused.exit_code == 2 and "--ranker hybrid" in fused.output
+
+
+@pytest.mark.parametrize("flag", ["--links", "--no-links"])
+def test_evaluate_refuses_link_flags_where_there_are_no_links(run, flag):
+    result = run("evaluate", "--dataset", "semeval2016", "--ranker", "bm25", flag)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--links/--no-links" in result.output and "duplicate links" in result.output
 
 
 @pytest.mark.parametrize("date", ["", ' CreationDate="yesterday"'])

@@ -188,6 +188,27 @@ def test_a_split_other_than_train_is_refused_for_a_forum_before_anything_is_read
         assert result.exit_code == 1 and "Posts.xml: not found" in result.output
 
 
+@pytest.mark.parametrize(
+    "given, refused",
+    [
+        (["--method", "rrf"], "--method: only with --cv K"),
+        (["--report", "r.json"], "--report: only with --cv K"),
+        (["--cv-splits", "dev"], "--cv-splits: only with --cv K"),
+        (["--held-out", "--cv", "2"], "--held-out: only with --dataset stackexchange"),
+        (["--dataset", "stackexchange", "--cv-splits", "dev"], "--cv-splits: picks SemEval"),
+    ],
+)
+def test_options_that_would_do_nothing_are_refused_not_ignored(
+    tmp_path, monkeypatch, given, refused
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    args = ["tune-fusion", "--model", str(GRU), "--data-dir", str(tmp_path / "nowhere")]
+    result = CliRunner().invoke(cli, [*args, *given])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert refused in " ".join(result.output.split())
+    assert not (tmp_path / "home").exists() and not (tmp_path / "r.json").exists()
+
+
 def test_out_onto_the_models_own_fusion_json_keeps_its_manifest(tmp_path, monkeypatch):
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
     model = tmp_path / "gru"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from qres.cli.given_options import refuse_given
 from qres.cli.group import (
     Context,
     _with_model_set,
@@ -195,14 +196,13 @@ def evaluate(
     from qres.evaluation.rankers import open_eval_index
 
     models = _with_model_set(model_set, models)
-    if accuracy_at and dataset == "stackexchange":
-        why = "a forum's queries already rank the whole forum: read R@1, R@10, R@100"
-        raise click.BadParameter(why, param_hint="--accuracy-at")
+    if dataset != "stackexchange":
+        refuse_given("links", why="only a forum (--dataset stackexchange) has duplicate links")
     if save_run is not None and not save_run.parent.is_dir():
         raise click.BadParameter(f"{save_run.parent}: no such folder", param_hint="--save-run")
     model = models[0] if models else None
     try:
-        ev.choose_rankers(dataset, rankers, model)  # checked before the data is read
+        ev.check_options(dataset, ev.choose_rankers(dataset, rankers, model), accuracy_at, fusion)
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
         rankers = ev.choose_rankers(dataset, rankers, model, not benchmark.missing_texts)
         if typing and not set(rankers) <= set(ev.MODES):

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from qres.cli.given_options import given, refuse_given
 from qres.cli.group import (
     Context,
     _with_model_set,
@@ -146,23 +147,22 @@ def tune_fusion_command(
         message = f"--forum adds a forum's queries to a SemEval --cv fit: give --cv K ({alone})"
         raise click.BadParameter(message, param_hint="--forum")
     if dataset == "stackexchange":
-        source = click.get_current_context().get_parameter_source("split")
-        if source != click.core.ParameterSource.DEFAULT and split != forum_fusion.SPLIT:
+        if given("split") and split != forum_fusion.SPLIT:
             raise click.BadParameter(forum_fusion.SPLIT_FIXED, param_hint="--split")
+        refuse_given("cv_splits", why="picks SemEval splits: not with --dataset stackexchange")
         forum = (folds or 5, method, report, data_dir, dense_candidates, held_out)
         _tune_forum(obj, models, out, *forum)
         return
+    refuse_given("held_out", why="only with --dataset stackexchange (a forum's held-out tenth)")
+    if folds is None:
+        refuse_given("method", "report", "cv_splits", why="only with --cv K")
+        if len(models) > 1:
+            raise click.BadParameter("several models need --cv", param_hint="--model")
     data_dir = data_dir or default_data_dir()
     encoders = [obj.load_encoder(m) for m in models]
-    if folds is None and len(models) > 1:
-        raise click.BadParameter("several models need --cv", param_hint="--model")
     with ExitStack() as stack:
-        backends = [
-            stack.enter_context(
-                open_eval_index(obj.backend_name, f"semeval2016-{e.fingerprint[:16]}")
-            )
-            for e in encoders
-        ]
+        names = [f"semeval2016-{e.fingerprint[:16]}" for e in encoders]
+        backends = [stack.enter_context(open_eval_index(obj.backend_name, n)) for n in names]
         if folds is not None:
             semeval = (backends, folds, cv_splits, method, data_dir)
             _tune_fusion_cv(obj, models, encoders, *semeval, forum, dense_candidates, out, report)
@@ -224,9 +224,8 @@ def _tune_forum(obj, models, out, folds, method, report, data_dir, dense_candida
 
 
 def _report(obj, result, fusion, models, out, report, title, after=""):
-    """Save the fusion (into --out, else into the one model's directory; several models need
-    --out) and report the comparison as JSON (every query's figures into ``report``), or as a
-    table: each ranker's measure, MRR and difference to BM25 per split."""
+    """Save the fusion (into --out, else the one model's directory) and report the comparison:
+    JSON (every query's figures into ``report``), or a table of each ranker's figures."""
     from qres.evaluation.fusion_fit import comparison_table
 
     saved = fusion.save_file(out) if out else fusion.save(models[0]) if len(models) == 1 else None

@@ -361,6 +361,18 @@ def choose_rankers(
     return tuple(rankers)
 
 
+def check_options(
+    dataset: str, rankers: Sequence[str], accuracy_at: Sequence[int], fusion_file: Path | None
+) -> None:
+    """Options that would do nothing with these rankers, or fail once every query was run:
+    refused before any data is read."""
+    if accuracy_at and dataset == "stackexchange":
+        why = "a forum's queries already rank the whole forum: read R@1, R@10, R@100"
+        raise SetupError("--accuracy-at", why)
+    if fusion_file is not None and "hybrid" not in rankers:
+        raise SetupError("--fusion", "fuses the hybrid ranker's scores: add --ranker hybrid")
+
+
 def evaluate_rankers(
     benchmark: Benchmark,
     rankers: Sequence[str],
