@@ -431,6 +431,20 @@ def test_cli_error_is_one_line_without_traceback(tmp_path, own_mirror):
     ]
 
 
+@pytest.mark.parametrize(
+    "mirror, why",
+    [("nowhere", "no such folder"), ("http://", "no host"), ("ftp://h/x", "ftp:// is not read")],
+)
+def test_a_mirror_that_could_serve_nothing_is_refused_before_any_fetch(tmp_path, mirror, why):
+    args = ["download", "askubuntu", "--mirror", mirror, "--dest", tmp_path / "data"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: --mirror {mirror}: {why}; give http(s)://HOST/PATH, file:///PATH or a folder"
+    ]
+    assert not (tmp_path / "data").exists()
+
+
 def test_every_file_the_layout_reads_is_one_the_download_provides():
     for name, remotes in REGISTRY.items():
         provided = {r.path for r in remotes} | {m.path for r in remotes for m in r.members}

@@ -38,7 +38,10 @@ def download_command(dataset: str, dest: Path | None, mirror: str | None, force:
       qres download all --mirror file:///srv/qres-mirror --dest ./data
     """
     dest_dir = dest if dest is not None else paths.data_dir()
-    base_url = mirror_url(mirror) if mirror else None
+    try:
+        base_url = mirror_url(mirror) if mirror else None
+    except DownloadError as err:
+        raise CommandError(str(err)) from None
     names = list(REGISTRY) if dataset == "all" else [dataset]
     console = Console(stderr=True)
     for name in names:

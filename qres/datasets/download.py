@@ -381,8 +381,20 @@ def _fetch_http(url: str, part: Path, offset: int, report) -> bool:
     return offset > 0
 
 
+MIRROR_FORMS = "give http(s)://HOST/PATH, file:///PATH or a folder"
+
+
 def mirror_url(mirror: str) -> str:
-    """Accept a plain directory for --mirror as well as a URL."""
+    """The URL of --mirror, a URL or a plain folder; a DownloadError for one that could not
+    serve a file (no host, another scheme, no such folder)."""
     if "://" in mirror:
+        parts = urlparse(mirror)
+        if parts.scheme not in ("http", "https", "file"):
+            raise DownloadError(f"--mirror {mirror}: {parts.scheme}:// is not read; {MIRROR_FORMS}")
+        if parts.scheme != "file" and not parts.hostname:
+            raise DownloadError(f"--mirror {mirror}: no host; {MIRROR_FORMS}")
         return mirror
-    return Path(mirror).expanduser().resolve().as_uri()
+    folder = Path(mirror).expanduser().resolve()
+    if not folder.is_dir():
+        raise DownloadError(f"--mirror {mirror}: no such folder; {MIRROR_FORMS}")
+    return folder.as_uri()
