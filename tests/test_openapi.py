@@ -61,6 +61,7 @@ REQUESTS = [
     ("POST", "/search", {"content": b"x" * 5000}, 413),
     ("GET", "/questions/d128", {}, 200),
     ("GET", "/questions/nope", {}, 404),
+    ("GET", "/questions/%ff", {}, 400),
     ("PUT", "/questions/n1", {"json": {"title": "gecko firmware"}, **AUTH}, 200),
     ("PUT", "/questions/n1", {"json": {"title": "gecko firmware"}}, 401),
     ("PUT", "/questions/n1", {"json": {"title": 3}, **AUTH}, 400),

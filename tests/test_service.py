@@ -150,6 +150,10 @@ def test_a_query_without_searchable_words_has_no_results(client):
         ("POST", "/search", {"json": {"title": "usb", "k": True}}, 400, "k: input should be"),
         ("POST", "/search", {"json": {"title": "usb", "k": 3.0}}, 400, "k: input should be"),
         ("PUT", "/questions/" + "é" * 300, {"json": {"title": "t"}}, 400, "1 to 512 bytes"),
+        # %ff and %fe would both decode to U+FFFD: two ids written as one question
+        ("PUT", "/questions/%ff", {"json": {"title": "t"}}, 400, "not valid UTF-8"),
+        ("GET", "/questions/%fe", {}, 400, "not valid UTF-8"),
+        ("DELETE", "/questions/a%ff", {}, 400, "not valid UTF-8"),
         (
             "POST",
             "/questions",
@@ -188,6 +192,18 @@ def test_an_id_with_a_slash_is_written_read_and_deleted_by_its_url(client):
     assert search_ids(client, "wombat codec")[0] == "forum/42"
     assert client.delete(url).status_code == 200
     assert client.get(url).status_code == 404
+
+
+def test_an_id_that_is_not_utf8_is_refused_and_one_that_is_works(client):
+    for url in ("/questions/%ff", "/questions/%fe"):
+        answer = client.put(url, json={"title": "wombat firmware"})
+        assert answer.json() == {"error": "the question id is not valid UTF-8 once %-decoded."}
+    assert client.get("/questions/%EF%BF%BD").status_code == 404  # nothing written as U+FFFD
+    url = "/questions/caf%C3%A9"  # the id "café"
+    answer = client.put(url, json={"title": "wombat firmware", "body": ""})
+    assert answer.status_code == 200 and answer.json()["id"] == "café"
+    assert client.get("/questions/café").json()["title"] == "wombat firmware"
+    assert client.delete(url).status_code == 200
 
 
 def test_put_is_searchable_when_acknowledged_then_delete_removes_it(client):
@@ -266,6 +282,19 @@ def test_health_readiness_and_metrics(client):
     assert 'qres_http_requests_total{method="GET",route="/search",status="200"}' in text
     count = client.get("/readyz").json()["questions"]
     assert f"qres_index_questions {float(count)}" in text
+
+
+def test_head_answers_as_get_without_a_body(client):
+    query = {"q": "boot ubuntu from usb"}
+    answer = client.head("/search", params=query)
+    assert answer.status_code == 200 and answer.content == b""
+    assert (
+        answer.headers["content-type"]
+        == client.get("/search", params=query).headers["content-type"]
+    )
+    for path in ("/healthz", "/readyz", "/metrics", "/questions/d128", "/", "/widget.js", "/docs"):
+        assert client.head(path).status_code == 200, path
+    assert client.head("/questions").status_code == 405  # POST only: no GET, no HEAD
 
 
 def test_openapi_docs(client):

@@ -9,6 +9,8 @@ A FastAPI app over one backend and one encoder, both opened once per worker proc
 * ``/healthz``, ``/readyz``, ``/metrics`` (Prometheus), ``/docs`` (OpenAPI);
 * ``/`` (the demo forum's "ask a question" page) and ``/widget.js``.
 
+Every GET route answers HEAD too (its headers alone), as HTTP asks.
+
 Every error a client can cause is a 4xx with ``{"error": "one sentence"}``; anything else
 is a 500 with no detail (the traceback stays in the server log). The web stack is imported
 only by :mod:`qres.service`, so ``import qres`` and the other commands stay fast.
@@ -61,6 +63,7 @@ from qres.service.schemas import (
     WrittenOut,
     answers,
     check_id,
+    check_path_utf8,
     json_body,
     json_lines_body,
     one_sentence,
@@ -108,6 +111,16 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     at_once = searches_at_once(config.workers) if service.backend.name == "embedded" else None
     searching = asyncio.Semaphore(at_once) if at_once else contextlib.nullcontext()
 
+    def get(path: str, **options):
+        """``app.get`` that answers HEAD too (FastAPI's routes, unlike Starlette's, do not);
+        the HEAD twin stays out of the OpenAPI document."""
+
+        def register(endpoint):
+            app.head(path, **{**options, "include_in_schema": False})(endpoint)
+            return app.get(path, **options)(endpoint)
+
+        return register
+
     async def search_in_turn(*args) -> dict:
         # On an embedded index a search is CPU work: more at once than the worker's cores
         # only share them, each taking longer and the slowest far longer.
@@ -144,9 +157,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- search --
 
-    @app.get(
-        "/search", tags=["search"], response_model=None, responses=answers(SearchOut, 400, 503)
-    )
+    @get("/search", tags=["search"], response_model=None, responses=answers(SearchOut, 400, 503))
     async def search_get(
         tasks: BackgroundTasks,
         q: Annotated[str, Query(description="The text typed so far (a question title).")],
@@ -186,8 +197,11 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- questions --
 
-    @app.get(
-        "/questions/{qid:path}", tags=["questions"], responses=answers(QuestionOut, 400, 404, 503)
+    @get(
+        "/questions/{qid:path}",
+        tags=["questions"],
+        dependencies=[Depends(check_path_utf8)],
+        responses=answers(QuestionOut, 400, 404, 503),
     )
     def get_question(qid: str):
         """A stored question."""
@@ -205,7 +219,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     @app.put(
         "/questions/{qid:path}",
         tags=["questions"],
-        dependencies=[Depends(require_key)],
+        dependencies=[Depends(require_key), Depends(check_path_utf8)],
         openapi_extra=json_body(QuestionIn),
         responses=answers(WrittenOut, *WRITE_ERRORS),
     )
@@ -244,7 +258,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     @app.delete(
         "/questions/{qid:path}",
         tags=["questions"],
-        dependencies=[Depends(require_key)],
+        dependencies=[Depends(require_key), Depends(check_path_utf8)],
         responses=answers(DeletedOut, *WRITE_ERRORS, 404),
     )
     async def delete_question(qid: str):
@@ -257,12 +271,12 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- operations --
 
-    @app.get("/healthz", tags=["operations"], responses=answers(HealthOut))
+    @get("/healthz", tags=["operations"], responses=answers(HealthOut))
     def healthz():
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"], responses=answers(ReadyOut, 503))
+    @get("/readyz", tags=["operations"], responses=answers(ReadyOut, 503))
     def readyz():
         """Readiness: the index answers and every model is loaded."""
         questions = service.backend.count()  # BackendError (cluster down) → 503
@@ -281,7 +295,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
             "writes": not service.read_only and (api_key is not None or config.open_writes),
         }
 
-    @app.get(
+    @get(
         "/metrics",
         tags=["operations"],
         response_class=Response,
@@ -297,12 +311,12 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     # -- the widget --
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    @get("/", response_class=HTMLResponse, include_in_schema=False)
     def demo_page():
         link = escape(config.question_url or "", quote=True)  # none: suggestions are text
         return HTMLResponse(_static("index.html").replace("{question_url}", link))
 
-    @app.get("/docs", include_in_schema=False)
+    @get("/docs", include_in_schema=False)
     def docs():
         return get_swagger_ui_html(
             openapi_url="/openapi.json",
@@ -312,7 +326,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
             swagger_favicon_url="/docs/favicon-32x32.png",
         )
 
-    @app.get("/docs/{name}", include_in_schema=False)
+    @get("/docs/{name}", include_in_schema=False)
     def docs_asset(name: str):
         if name not in SWAGGER_ASSETS:
             raise HTTPException(404)
@@ -338,7 +352,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     app.openapi = openapi
 
-    @app.get("/widget.js", include_in_schema=False)
+    @get("/widget.js", include_in_schema=False)
     def widget():
         return Response(
             _static("widget.js"),

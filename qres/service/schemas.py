@@ -2,9 +2,11 @@
 is read: a bad one is a 400 (:class:`ApiError`) whose one sentence says what is wrong."""
 
 from typing import Annotated, Literal
+from urllib.parse import unquote_to_bytes
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 
 from qres.corpus.readers import MAX_FIELD_CHARS, MAX_ID_BYTES, Question, extras_of, id_problem
 from qres.ranking.search import MODES
@@ -224,6 +226,15 @@ def check_id(qid: str) -> str:
     if id_problem(qid):
         raise ApiError(400, f"{ID_RULE}.")
     return qid
+
+
+def check_path_utf8(request: Request) -> None:
+    """Refuse a path whose %-escapes are not UTF-8: the decoded path has U+FFFD in their
+    place, so ``/questions/%ff`` and ``/questions/%fe`` would write one question."""
+    try:
+        unquote_to_bytes(request.scope.get("raw_path") or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "the question id is not valid UTF-8 once %-decoded.") from None
 
 
 def read_lines(raw: bytes, max_questions: int) -> list[Question]:

@@ -227,6 +227,37 @@ def test_missing_index():
     )
 
 
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (None, "no details"),  # an empty 404 (the client's message would be "None")
+        (
+            {"error": "alias [qres-questions] missing", "status": 404},
+            "alias [qres-questions] missing",
+        ),
+        (
+            es_error(404, "resource_not_found_exception", "no such resource"),
+            "resource_not_found_exception: no such resource",
+        ),
+    ],
+)
+def test_other_not_found_answers_name_the_index_the_reason_and_what_to_check(answer, reason):
+    err = failing(answer, status=404)
+    assert one_sentence(err) == (
+        f"Elasticsearch at {URL} found nothing for a request on index 'qres-questions' (HTTP "
+        f"404, {reason}): create the index with `qres --backend elasticsearch index CORPUS` if "
+        "it is missing, or check that QRES_ES_URL is the cluster's address"
+    )
+
+
+def test_an_empty_answer_from_something_else_says_so():
+    err = failing(None, status=404, node_class_options={"product_header": False})
+    assert one_sentence(err) == (
+        f"{URL} answered but is not Elasticsearch (HTTP 404, no details): set QRES_ES_URL to an "
+        "Elasticsearch 8 or 9 cluster"
+    )
+
+
 def test_index_deleted_while_open():
     cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
     backend = cluster.backend()

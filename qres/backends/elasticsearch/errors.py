@@ -65,7 +65,11 @@ def _error_reason(err: TransportApiError) -> str:
     error = body.get("error")
     if isinstance(error, dict):
         return _short(_describe_error(error), 400)
-    return _short(str(error or err.message))
+    return _short(str(error)) if error else _body_text(err)
+
+
+def _body_text(err: TransportApiError, limit: int = 200) -> str:
+    return _short(str(err.body), limit) if err.body else "no details"
 
 
 def _connection_cause(err: TransportError) -> str:
@@ -110,7 +114,7 @@ def explain(err: Exception, config: EsConfig, index: str) -> str:
     elif isinstance(err, TransportApiError) and not _from_elasticsearch(err):
         message = (
             f"{where} answered but is not Elasticsearch (HTTP {err.meta.status}, "
-            f"{_short(str(err.body), 80)}): set QRES_ES_URL to an Elasticsearch 8 or 9 cluster"
+            f"{_body_text(err, 80)}): set QRES_ES_URL to an Elasticsearch 8 or 9 cluster"
         )
     elif isinstance(err, AuthenticationException):
         if config.has_credentials:
@@ -130,6 +134,12 @@ def explain(err: Exception, config: EsConfig, index: str) -> str:
         )
     elif isinstance(err, NotFoundError) and _error_type(err) == "index_not_found_exception":
         message = missing_index_message(index, where)
+    elif isinstance(err, NotFoundError):
+        message = (
+            f"Elasticsearch at {where} found nothing for a request on index {index!r} (HTTP "
+            f"404, {_error_reason(err)}): create the index with `qres --backend elasticsearch "
+            "index CORPUS` if it is missing, or check that QRES_ES_URL is the cluster's address"
+        )
     elif isinstance(err, TransportApiError):
         message = (
             f"Elasticsearch at {where} refused the request on {index} (HTTP "
