@@ -82,7 +82,7 @@ def forum_with_vectors(tmp_path_factory):
     return index
 
 
-@pytest.mark.parametrize("mode", ["hybrid", "dense"])
+@pytest.mark.parametrize("mode", ["hybrid", "dense", "bm25"])
 @pytest.mark.parametrize("typed", ["boot ubuntu from usb", "boot ubuntu from us"])
 def test_a_typed_search_ranks_what_it_searched_with_bm25_searched_once_where_it_can(
     forum_with_vectors, typed, mode, monkeypatch

@@ -243,6 +243,29 @@ def test_search_follows_the_links_and_ranks_deeper_when_duplicates_collapse(tmp_
         }
 
 
+# 1 voter: the search ranks deeper, and searches again for the deeper ranking
+@pytest.mark.parametrize("voters, searched", [(duplicates.VOTERS, 1), (1, 2)])
+def test_a_typed_bm25_search_that_follows_links_searches_once_where_it_can(
+    tmp_path, monkeypatch, voters, searched
+):
+    monkeypatch.setattr(duplicates, "VOTERS", voters)
+    backend = index(tmp_path, duplicate_links.attach(FORUM, CLOSED_AS_DUPLICATES_OF_1))
+    with backend:
+        pipeline = SearchPipeline.for_index(backend, mode="bm25")
+        expected = pipeline.search("overstay penalty fine days", k=2)
+        searches = []
+        whole = backend.candidates
+        monkeypatch.setattr(
+            backend, "candidates", lambda *a, **kw: searches.append(a) or whole(*a, **kw)
+        )
+        text, results = pipeline.search_typed("overstay penalty fine days", 2)
+        assert text == "overstay penalty fine days"
+        assert [(r.id, r.via, r.score) for r in results] == [
+            (r.id, r.via, r.score) for r in expected
+        ]
+        assert len(searches) == searched
+
+
 def test_the_index_marks_closed_duplicates_so_search_reads_only_those(tmp_path):
     backend = index(tmp_path, duplicate_links.attach(FORUM, CLOSED_AS_DUPLICATES_OF_1))
     with backend:

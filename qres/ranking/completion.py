@@ -47,3 +47,18 @@ def complete(text: str, titles: Iterable[str]) -> str:
         return text
     best = counts.most_common(1)[0][0]  # Counter keeps first-met order among equal counts
     return _LAST_WORD.sub(lambda _: best, text)
+
+
+def completed(backend, text: str, window: int, exact: bool = True) -> tuple[str, object | None]:
+    """``text`` completed from the titles of its best matches in ``backend``, and, where that
+    left it as typed, the BM25 top it read them from (:data:`CONTEXT` or ``window``, the
+    more): what a search would otherwise search again. ``exact``: only where that is the top
+    ``window`` itself (hybrid rescores all of it; BM25 reads its first ``window``)."""
+    if last_word(text) is None:
+        return text, None
+    found = backend.candidates(text, max(window, CONTEXT))
+    ids = found.ids(range(min(CONTEXT, len(found))))
+    stored = found.stored(ids, backend.fetch)
+    text_searched = complete(text, [stored[i].title for i in ids if i in stored])
+    deep_enough = window >= CONTEXT if exact else window > 0
+    return text_searched, found if text_searched == text and deep_enough else None

@@ -413,9 +413,13 @@ class SearchPipeline:
         with_text, links_before); where the completion left the text as typed, its BM25
         candidates are the search's, not searched again."""
         mode = mode or self.mode
-        only_ids = options.get("only_ids")
-        rescorable = mode != "bm25" and self.encoder is not None and only_ids is None
-        searched_text, found = self._completed(text, max(k, self.candidates) if rescorable else 0)
+        if options.get("only_ids") is not None:
+            window = 0  # the search reads only those: nothing to reuse
+        elif mode == "bm25":  # its own top depth: the completion's top is deep enough
+            window = max(duplicates.VOTERS, 2 * k) if self.follow_duplicates else k
+        else:
+            window = max(k, self.candidates) if self.encoder is not None else 0
+        searched_text, found = completion.completed(self.backend, text, window, mode != "bm25")
         return searched_text, self._search(searched_text, k, mode, searched=found, **options)
 
     def _search(
@@ -462,20 +466,7 @@ class SearchPipeline:
     def complete_typed(self, text: str) -> str:
         """``text`` with its last word completed from the titles of its best BM25 matches
         (:mod:`qres.ranking.completion`), as a title being typed is searched."""
-        return self._completed(text, 0)[0]
-
-    def _completed(self, text: str, window: int) -> tuple[str, Candidates | None]:
-        """:meth:`complete_typed`'s text and, where the completion left it as typed and
-        ``window`` is at least :data:`completion.CONTEXT`, the BM25 top ``window`` it read
-        the titles from: what the search would otherwise search again."""
-        if completion.last_word(text) is None:
-            return text, None
-        found = self.backend.candidates(text, max(window, completion.CONTEXT))
-        ids = found.ids(range(min(completion.CONTEXT, len(found))))
-        stored = found.stored(ids, self.backend.fetch)
-        completed = completion.complete(text, [stored[i].title for i in ids if i in stored])
-        reusable = completed == text and window >= completion.CONTEXT
-        return completed, found if reusable else None
+        return completion.completed(self.backend, text, 0)[0]
 
     def _following_duplicates(self, text, k, mode, query_vector, links_before, searched=None):
         """The top ``k`` once closed duplicates gave way to their originals, the questions
@@ -490,6 +481,8 @@ class SearchPipeline:
             if len(shown) >= k or len(ranked) < depth:
                 return shown, stored, found
             depth *= 2
+            if (mode or self.mode) == "bm25":  # BM25's searched top is the depth: now short
+                searched = None
 
     def _query_vectors(self, text, query_vector):
         """The query's vector (``{fingerprint: vector}`` in an index of several models),
@@ -521,7 +514,10 @@ class SearchPipeline:
         else:
             window = max(k, self.candidates) if only_ids is None else len(only_ids)
         if mode == "bm25" or self.encoder is None:
-            found = self.backend.candidates(text, window, only_ids=only_ids)
+            if mode == "bm25" and searched is not None:
+                found = searched  # the completion's search of this text, at least this deep
+            else:
+                found = self.backend.candidates(text, window, only_ids=only_ids)
             if mode == "bm25" or not len(found):
 
                 def bm25_results(positions: list[int]) -> list[Result]:
