@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
+from qres.backends.base import Backend, Candidates
 from qres.text import normalize, tokenize
 
 CONTEXT = 50  # the best BM25 matches whose titles complete the last word
@@ -49,7 +50,9 @@ def complete(text: str, titles: Iterable[str]) -> str:
     return _LAST_WORD.sub(lambda _: best, text)
 
 
-def completed(backend, text: str, window: int, exact: bool = True) -> tuple[str, object | None]:
+def completed(
+    backend: Backend, text: str, window: int, exact: bool = True
+) -> tuple[str, Candidates | None]:
     """``text`` completed from the titles of its best matches in ``backend``, and, where that
     left it as typed, the BM25 top it read them from (:data:`CONTEXT` or ``window``, the
     more): what a search would otherwise search again. ``exact``: only where that is the top
