@@ -85,6 +85,23 @@ def test_user_errors_are_one_line(tmp_path):
     assert result.exit_code == 1 and "training run directory" in result.output
 
 
+@pytest.mark.parametrize(
+    "given, refused",
+    [
+        (["--device", "gpu"], "'gpu' is not auto, cpu, cuda or cuda:N"),
+        (["--epochs", "0"], "--epochs"),
+        (["--negatives", "0"], "--negatives"),
+        (["--batch-size", "0"], "--batch-size"),
+        (["--lr", "-1"], "--lr"),
+        (["--dropout", "1"], "--dropout"),
+    ],
+)
+def test_values_a_run_cannot_use_are_refused_before_the_run_is_made(tmp_path, given, refused):
+    result = CliRunner().invoke(train, [*TINY, *given, "--out", str(tmp_path / "r")])
+    assert result.exit_code == 2 and refused in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "r").exists()
+
+
 def test_missing_torch_is_explained(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
     result = CliRunner().invoke(train, [*TINY, "--out", str(tmp_path / "r")])

@@ -4,6 +4,7 @@ optional methods in :mod:`.train_options`), ``qres export-onnx`` (:mod:`.export`
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
@@ -23,3 +24,10 @@ def require_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         fail(TORCH_MISSING)
+
+
+def torch_device(_ctx, _param, name: str) -> str:
+    """--device: auto, cpu, cuda or cuda:N (torch's own error for another is a traceback)."""
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", name.strip().lower()):
+        raise click.BadParameter(f"{name!r} is not auto, cpu, cuda or cuda:N")
+    return name.strip().lower()

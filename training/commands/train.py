@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from qres.training.commands import fail, require_torch
-from qres.training.commands.train_options import method_options
+from qres.training.commands import fail, require_torch, torch_device
+from qres.training.commands.train_options import loop_options, method_options
 
 # + qres.training.bowcnn, + transformer (qres.training.finetune_transformer)
 ENCODER_CHOICES = ("rcnn", "gru", "lstm", "cnn", "bigru", "bowcnn", "transformer")
@@ -73,7 +73,7 @@ uses)."""
 )
 @click.option(
     "--hidden",
-    type=int,
+    type=click.IntRange(min=1),
     help="Hidden size [default: the paper's: rcnn 400, gru 280, "
     "lstm 240, cnn 667, bigru 200 per direction].",
 )
@@ -91,7 +91,7 @@ uses)."""
 )
 @click.option(
     "--extra-vocab",
-    type=int,
+    type=click.IntRange(min=0),
     default=50_000,
     show_default=True,
     help="Also keep this many of the most frequent pre-trained words, so that words unseen "
@@ -107,44 +107,7 @@ uses)."""
     is_flag=True,
     help="One encoder for titles and another for bodies (default: one shared).",
 )
-@click.option("--epochs", type=int, default=20, show_default=True, help="At most this many.")
-@click.option(
-    "--patience",
-    type=int,
-    default=4,
-    show_default=True,
-    help="Stop after this many epochs without a better dev MAP.",
-)
-@click.option(
-    "--batch-size",
-    type=int,
-    default=16,
-    show_default=True,
-    help="(query, similar question) pairs per step, each with its negatives.",
-)
-@click.option(
-    "--negatives",
-    type=int,
-    default=20,
-    show_default=True,
-    help="Negatives per pair, resampled every epoch.",
-)
-@click.option("--lr", type=float, default=1e-3, show_default=True, help="Adam learning rate.")
-@click.option(
-    "--margin",
-    type=float,
-    default=0.2,
-    show_default=True,
-    help="δ of the max-margin loss on cosine scores.",
-)
-@click.option("--dropout", type=float, default=0.1, show_default=True)
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Same seed, same data and device: same run.",
-)
+@loop_options
 @method_options
 @click.option(
     "--out",
@@ -158,6 +121,7 @@ uses)."""
     "--device",
     default="auto",
     show_default=True,
+    callback=torch_device,
     help="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...",
 )
 @click.option(

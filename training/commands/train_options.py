@@ -1,5 +1,6 @@
-"""The options of ``qres train``'s optional methods: encoder-decoder pre-training, domain
-adaptation, joint tag prediction, BOW-CNN's loss and distillation from a teacher model."""
+"""The options of ``qres train``'s training loop (epochs, batches, negatives, learning rate,
+...) and of its optional methods: encoder-decoder pre-training, domain adaptation, joint tag
+prediction, BOW-CNN's loss and distillation from a teacher model."""
 
 from __future__ import annotations
 
@@ -7,11 +8,66 @@ from pathlib import Path
 
 import click
 
+LOOP_OPTIONS = [
+    click.option(
+        "--epochs",
+        type=click.IntRange(min=1),
+        default=20,
+        show_default=True,
+        help="At most this many.",
+    ),
+    click.option(
+        "--patience",
+        type=click.IntRange(min=1),
+        default=4,
+        show_default=True,
+        help="Stop after this many epochs without a better dev MAP.",
+    ),
+    click.option(
+        "--batch-size",
+        type=click.IntRange(min=1),
+        default=16,
+        show_default=True,
+        help="(query, similar question) pairs per step, each with its negatives.",
+    ),
+    click.option(
+        "--negatives",
+        type=click.IntRange(min=1),
+        default=20,
+        show_default=True,
+        help="Negatives per pair, resampled every epoch.",
+    ),
+    click.option(
+        "--lr",
+        type=click.FloatRange(min=0, min_open=True),
+        default=1e-3,
+        show_default=True,
+        help="Adam learning rate.",
+    ),
+    click.option(
+        "--margin",
+        type=float,
+        default=0.2,
+        show_default=True,
+        help="δ of the max-margin loss on cosine scores.",
+    ),
+    click.option(
+        "--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True
+    ),
+    click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Same seed, same data and device: same run.",
+    ),
+]
+
 METHOD_OPTIONS = [
     click.option(
         "--pretrain",
         "pretrain_epochs",
-        type=int,
+        type=click.IntRange(min=0),
         is_flag=False,
         flag_value=3,
         default=0,
@@ -21,7 +77,7 @@ METHOD_OPTIONS = [
     ),
     click.option(
         "--pretrain-vocab",
-        type=int,
+        type=click.IntRange(min=1),
         default=10_000,
         show_default=True,
         help="Words the pre-training decoder predicts (the rest as <unk>).",
@@ -36,7 +92,7 @@ METHOD_OPTIONS = [
     ),
     click.option(
         "--adapt-lambda",
-        type=float,
+        type=click.FloatRange(min=0),
         default=0.1,
         show_default=True,
         help="λ: how strongly the reversed domain gradient pushes the encoder (0 = direct "
@@ -44,7 +100,7 @@ METHOD_OPTIONS = [
     ),
     click.option(
         "--domain-batch",
-        type=int,
+        type=click.IntRange(min=1),
         default=32,
         show_default=True,
         help="Source and target questions per step for the domain classifier, each.",
@@ -86,14 +142,14 @@ METHOD_OPTIONS = [
     ),
     click.option(
         "--supervised-weight",
-        type=float,
+        type=click.FloatRange(min=0),
         default=1.0,
         show_default=True,
         help="--teacher: loss = distillation + this × the ranking loss (0: distillation only).",
     ),
     click.option(
         "--distill-temperature",
-        type=float,
+        type=click.FloatRange(min=0, min_open=True),
         default=0.05,
         show_default=True,
         help="--teacher: temperature of the in-batch cosine softmax of student and teacher.",
@@ -101,8 +157,16 @@ METHOD_OPTIONS = [
 ]
 
 
-def method_options(command):
-    """Add :data:`METHOD_OPTIONS` to ``command`` in this order, as stacked decorators would."""
-    for option in reversed(METHOD_OPTIONS):
-        command = option(command)
-    return command
+def _stacked(options):
+    """A decorator adding ``options`` to a command in this order, as stacked decorators would."""
+
+    def add(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return add
+
+
+loop_options = _stacked(LOOP_OPTIONS)
+method_options = _stacked(METHOD_OPTIONS)
