@@ -134,3 +134,34 @@ def test_a_command_that_prints_no_json_refuses_json_instead_of_ignoring_it(comma
     after = CliRunner().invoke(cli, [command, "--json"])
     assert after.exit_code == 2 and "No such option" in after.output
     assert "--json" not in CliRunner().invoke(cli, [command, "--help"]).output
+
+
+def test_a_query_of_unquoted_words_is_searched_as_one_text(run, corpus):
+    assert run("index", corpus).exit_code == 0
+    found = run("--json", "search", "wifi", "drops", "-k", "1")
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["query"] == "wifi drops"
+    assert json.loads(found.stdout)["results"][0]["id"] == "m2"
+
+
+@pytest.mark.parametrize(
+    "given", [["--fusion", "f.json"], ["--candidates", "50"], ["--dense-candidates", "50"]]
+)
+def test_options_that_rescore_are_refused_where_nothing_is_rescored(run, corpus, given):
+    assert run("index", corpus).exit_code == 0  # no model: BM25 alone
+    for mode in ([], ["--mode", "bm25"]):
+        refused = run("search", "wifi", *mode, *given)
+        assert refused.exit_code == 2 and "nothing is rescored in bm25 mode" in refused.output
+
+
+def test_a_fusion_file_or_device_that_is_not_there_says_so(tmp_path, monkeypatch):
+    from qres.encoders.runtime import EncoderError, Runtime
+    from qres.ranking.fusion import Fusion
+
+    with pytest.raises(ValueError, match="nowhere.json: no such fusion file"):
+        Fusion.read(tmp_path / "nowhere.json")
+    monkeypatch.setenv("QRES_DEVICE", "gpu")
+    with pytest.raises(EncoderError, match="^QRES_DEVICE: unknown device 'gpu'"):
+        Runtime.from_env()
+    with pytest.raises(EncoderError, match="^--device: unknown device 'tpu'"):
+        Runtime.from_env("tpu")

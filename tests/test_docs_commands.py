@@ -273,7 +273,7 @@ def test_every_option_in_inline_code_is_a_qres_option(page):
         "qres index Posts.xml --no-such-option",
         "qres search boot --mode fuzzy",  # not one of its choices
         "qres index",  # CORPUS missing
-        "qres search a b",  # one TEXT only
+        "qres search",  # TEXT missing
         "qres serch boot",
         "qres --nope search x",
         "qres serve --candidates many",

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qres.backends.base import Backend, BackendError
+from qres.cli.given_options import refuse_given
 from qres.cli.group import (
     Context,
     console,
@@ -36,7 +37,7 @@ def candidates_option(command):
 
 @click.command()
 @json_option
-@click.argument("text")
+@click.argument("text", nargs=-1, required=True)
 @click.option(
     "-k", "--k", default=10, show_default=True, type=click.IntRange(min=1), help="How many results."
 )
@@ -92,8 +93,8 @@ def search(
 ):
     """Find the indexed questions most like TEXT.
 
-    TEXT is taken as plain words: quotes, field:value, AND/OR and wildcards are
-    searched as text, never as query syntax.
+    TEXT is taken as plain words, quoted or not: quotes, field:value, AND/OR and
+    wildcards are searched as text, never as query syntax.
 
     \b
     Examples:
@@ -101,6 +102,8 @@ def search(
       qres search "boot ubuntu from us" --typing
     """
     from qres.ranking.search import SearchPipeline, model_labels, snippet
+
+    text = " ".join(text)
 
     with obj.open() as backend:
         if log_queries and not backend.keeps_search_log:
@@ -116,6 +119,9 @@ def search(
             fusion=fusion,
             dense_candidates=dense_candidates,
         )
+        if pipeline.mode == "bm25":
+            why = "nothing is rescored in bm25 mode (--mode, or an index without vectors)"
+            refuse_given("fusion", "candidates", "dense_candidates", why=why)
         pipeline.follow_duplicates &= not keep_duplicates
         signals = model_labels(pipeline.encoders)
         mode = pipeline.mode

@@ -118,9 +118,10 @@ class Runtime:
 
     @classmethod
     def from_env(cls, device: str | None = None) -> Runtime:
+        source = "--device" if device else "QRES_DEVICE"
         device = (device or os.environ.get("QRES_DEVICE") or "auto").strip().lower()
         if device not in DEVICES:
-            raise EncoderError(f"unknown device {device!r} (one of {', '.join(DEVICES)})")
+            raise EncoderError(f"{source}: unknown device {device!r} (one of {', '.join(DEVICES)})")
         return cls(
             device=device,
             query_threads=_env_int("QRES_QUERY_THREADS", 1),

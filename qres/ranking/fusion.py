@@ -76,6 +76,8 @@ class Fusion:
         try:
             values = json.loads(Path(path).read_text())
             fusion = cls(**values)
+        except FileNotFoundError:
+            raise ValueError(f"{path}: no such fusion file") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError) as err:
             raise ValueError(f"{path}: not a qres fusion file ({err})") from None
         if fusion.models is not None and not (
