@@ -166,17 +166,32 @@ def test_the_global_options_work_after_the_subcommand_too(run, corpus, tmp_path)
     assert "--index-dir" in run("search", "--help").output
 
 
-def test_every_command_takes_the_global_options_unless_it_has_its_own():
+def test_each_command_takes_the_global_options_it_uses_and_refuses_the_others(run):
     import click
 
     from qres.cli import cli
-    from qres.cli.group import JSON_COMMANDS
+    from qres.cli.global_options import APPLIES_TO
 
     ctx = click.Context(cli, info_name="qres")
     for name in cli.list_commands(ctx):
         opts = {o for p in cli.get_command(ctx, name).params for o in p.opts}
-        assert {"--index-dir", "--backend", "--device"} <= opts, name
-        assert ("--json" in opts) == (name in JSON_COMMANDS), name  # only where it prints JSON
+        for option, commands in APPLIES_TO.items():
+            flag = {"as_json": "--json", "index_dir": "--index-dir"}.get(option, f"--{option}")
+            own = name in ("train", "adapt") and flag == "--device"
+            assert (flag in opts) == (name in commands or own), (name, flag)
+    assert {"evaluate", "tune-fusion"} <= set(APPLIES_TO["device"])
+    refused = run("export-onnx", "--index-dir", "ix", "r")  # not one of its options
+    assert refused.exit_code == 2 and "No such option '--index-dir'" in refused.output
+    refused = run("--index-dir", "ix", "tags")
+    assert refused.exit_code == 2 and "qres tags reads no index: leave out --index-dir" in (
+        refused.output
+    )
+    refused = run("--device", "cpu", "train", "--out", "r")
+    assert refused.exit_code == 2 and "give --device after the command: qres train" in (
+        refused.output
+    )
+    refused = run("--backend", "embedded", "export-onnx", "r", "--out", "m")
+    assert refused.exit_code == 2 and "qres export-onnx does not use --backend" in refused.output
 
 
 def test_a_misspelt_command_is_answered_with_the_right_one(run):

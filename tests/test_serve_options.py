@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qres.service.config import ServiceConfig, check_open_writes, startup_notes
+from qres.service.config import CONFIG_ENV, ServiceConfig, check_open_writes, startup_notes
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20", "forum.example.org", "::"])
@@ -73,3 +73,23 @@ def test_a_busy_port_is_said_in_one_line_before_the_index_is_opened(run, tmp_pat
     assert result.exit_code == 1
     assert result.output.startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
     assert "--port" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_serve_device_reaches_the_workers_search_pipeline(tmp_path, monkeypatch):
+    from qres.ranking.search import SearchPipeline
+    from qres.service.state import Service
+    from tests.serving import build_demo_index
+
+    index = build_demo_index(tmp_path / "index")
+    asked = []
+    for_index = SearchPipeline.for_index.__func__
+
+    def recording(cls, *args, **options):
+        asked.append(options.get("device"))
+        return for_index(cls, *args, **options)
+
+    monkeypatch.setattr(SearchPipeline, "for_index", classmethod(recording))
+    # as `qres serve --device cpu` hands it to a worker, through the environment
+    monkeypatch.setenv(CONFIG_ENV, ServiceConfig(index_dir=str(index), device="cpu").to_env())
+    Service(ServiceConfig.from_env()).close()
+    assert asked == ["cpu"]

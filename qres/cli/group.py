@@ -14,7 +14,7 @@ import click
 from qres import paths
 from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend, BackendError
-from qres.cli.global_options import JSON_COMMANDS, refuse_json_where_none, take_global_options
+from qres.cli.global_options import refuse_unused, take_global_options
 from qres.cli.output import console
 from qres.cli.output import stdout as stdout  # what the commands print tables with
 from qres.corpus.readers import CorpusError
@@ -83,7 +83,7 @@ class QresGroup(click.Group):
             module, attr = LAZY_COMMANDS[cmd_name].split(":")
             command = getattr(importlib.import_module(module), attr)
         if command is not None:
-            take_global_options(command, self, json=cmd_name in JSON_COMMANDS)
+            take_global_options(command, self, cmd_name)
         return command
 
     def resolve_command(self, ctx, args):
@@ -155,7 +155,7 @@ def _raise_terminated(_signum, _frame):
 def cli(ctx, index_dir, backend, as_json, device):
     """qres finds the forum questions already asked that mean the same as a new one.
 
-    --index-dir, --backend, --json and --device go before or after the command.
+    --index-dir, --backend, --json, --device: before or after a command that uses them.
 
     \b
     Typical session:
@@ -164,7 +164,7 @@ def cli(ctx, index_dir, backend, as_json, device):
       qres search "boot ubuntu from usb"           # candidates rescored and fused
       qres serve --port 8000                       # the widget and HTTP API
     """
-    refuse_json_where_none(ctx, as_json)
+    refuse_unused(ctx, dict(index_dir=index_dir, backend=backend, as_json=as_json, device=device))
     ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)
 
 

@@ -158,6 +158,7 @@ def serve(
         workers=workers,
         open_writes=open_writes,
         question_url=question_url,
+        device=obj.device,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
     service = Service(config)  # fails here, in one line, on a missing index or model

@@ -29,6 +29,7 @@ class ServiceConfig:
     workers: int = 1
     open_writes: bool = False  # writes without QRES_API_KEY (the CLI allows it on loopback only)
     question_url: str | None = None  # a question's page on the forum, "{id}" replaced
+    device: str | None = None  # where queries are encoded (default: $QRES_DEVICE, else auto)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

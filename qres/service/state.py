@@ -82,6 +82,7 @@ class Service:
                 dense_candidates=config.dense_candidates,
                 threads=1,
                 fusion=config.fusion,
+                device=config.device,
             )
         except BaseException:
             self.backend.close()
