@@ -292,3 +292,44 @@ def test_kill_9_of_index_with_workers_leaves_no_process_behind(world, tmp_path):
     for pid in left:  # leave nothing running after the test, whatever it found
         os.kill(pid, signal.SIGKILL)
     assert not left, f"{len(left)} processes outlived the killed qres index"
+
+
+def test_ctrl_c_from_the_terminal_while_workers_start_ends_the_run(tmp_path):
+    """The terminal's Ctrl-C reaches every process of its group: a worker it killed while it
+    started left `qres index` writing the worker's start-up data to it for ever (a hang that a
+    second Ctrl-C did not end), and one it stopped mid-batch printed a traceback."""
+    from qres.encoders.model_set import SHIPPED_GRU  # a vocabulary of megabytes to hand over
+
+    questions = make_corpus(4000)
+    corpus = write_tsv(tmp_path / "c.tsv", questions)
+    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    for delay in (0.3, 0.5, 0.7, 0.9, 1.2, 1.6):
+        index_dir = tmp_path / f"ix-{delay}"
+        args = ("--index-dir", index_dir, "index", corpus, "--model", SHIPPED_GRU)
+        args += ("--workers", "1", "--batch-size", "64")
+        with open(tmp_path / "stderr.txt", "w") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", start, *map(str, args)],
+                env=CHILD_ENV,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,  # its own group, signalled as a terminal does
+            )
+            time.sleep(delay)
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                pytest.fail(f"Ctrl-C at {delay} s: qres index did not end")
+        said = (tmp_path / "stderr.txt").read_text()
+        assert code in (0, 130), said
+        if code == 130:
+            assert said.strip().splitlines()[-1] == (
+                "interrupted: everything committed before this point is kept"
+            )
+            assert "_process_worker" not in said  # no worker stopped mid-batch
+        if index_dir.exists():
+            with EmbeddedBackend(index_dir) as b:
+                assert_committed_prefix(b, questions)

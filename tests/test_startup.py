@@ -73,3 +73,19 @@ def test_help_still_lists_the_lazily_loaded_commands(run):
     listed = run("--help").output
     for name in ("download", "kibana-setup", "tags", "train", "export-onnx", "search"):
         assert f"  {name} " in listed
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_quietly():
+    """Ctrl-C in the first moments of `qres ...`, while its modules load, gave a traceback."""
+    code = (
+        "import sys\n"
+        "class Interrupt:\n"  # a Ctrl-C pressed while the group's modules are imported
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'qres.cli.group': raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from qres.cli import main\n"
+        "sys.argv = ['qres', '--version']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "", "")

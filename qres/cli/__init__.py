@@ -3,8 +3,26 @@ group, its options and the one-line error handling; each command lives in a modu
 it (``index``, ``info``, ``compact``, ``search``, ``evaluate``, ``compare_runs``,
 ``tune_fusion``, ``serve``, ...; what evaluate and compare-runs share in ``scores``; training
 commands in :mod:`qres.training.commands`) and parses its options, calls library code and
-prints."""
+prints. ``cli`` and ``Terminated`` are imported from the group on first use, so that a
+Ctrl-C while the command line loads ends it quietly (:func:`main`)."""
 
-from qres.cli.group import Terminated, cli, main
+import sys
 
 __all__ = ["Terminated", "cli", "main"]
+
+
+def main() -> None:
+    """The ``qres`` program."""
+    try:
+        from qres.cli.group import main as run
+    except KeyboardInterrupt:  # pressed while the modules load: nothing has started yet
+        sys.exit(130)
+    run()
+
+
+def __getattr__(name: str):
+    if name not in ("cli", "Terminated"):
+        raise AttributeError(f"module 'qres.cli' has no attribute {name!r}")
+    from qres.cli import group
+
+    return getattr(group, name)

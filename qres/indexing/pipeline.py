@@ -26,12 +26,16 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import queue
+import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,6 +173,7 @@ def index_questions(
     preparer = _Preparer(backend.analysis(), [e.tokenizer() for e in encoders])
     pool = None
     prepared = 0
+    handover: list[str] = []  # the file the workers read the preparer from
 
     def prepare(batch: list[Question]) -> _Batch | Future:
         # The first batch is prepared here: a corpus that fits in one batch never pays for
@@ -182,7 +187,7 @@ def index_questions(
                 workers,
                 mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded process
                 initializer=_start_worker,
-                initargs=(preparer,),
+                initargs=(_handed_over(preparer, handover),),
             )
         return pool.submit(_prepare_in_worker, batch)
 
@@ -230,6 +235,17 @@ def index_questions(
         if batch:
             stages.put(batch)
 
+    def finish_held(stop: BaseException) -> None:
+        """Write what the stages hold before ``stop`` ends the run. After Ctrl-C a worker may
+        be gone with its batch (one the terminal's Ctrl-C reached while it started): what was
+        written before that batch is kept."""
+        try:
+            flush()
+            stages.finish()
+        except BrokenProcessPool:
+            if not isinstance(stop, KeyboardInterrupt):
+                raise
+
     # A rebuild that stops is thrown away whole: nothing read so far is worth finishing.
     kept_when_stopped = not backend.rebuilding
     reading = iter(questions)
@@ -239,28 +255,29 @@ def index_questions(
                 question = next(reading)
             except StopIteration:
                 break
-            except BaseException:
+            except BaseException as stop:
                 # Whatever stopped the reader (a bad record, an unreadable file, Ctrl-C), keep
                 # every good question it read before that.
                 if kept_when_stopped:
-                    flush()
-                    stages.finish()
+                    finish_held(stop)
                 raise
             pending.append(question)
             if len(pending) >= batch_size:
                 flush()
         flush()
         stages.finish()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         # Ctrl-C while handing a batch over or waiting for the stages: finish what they hold.
         if kept_when_stopped:
-            flush()
-            stages.finish()
+            finish_held(stop)
         raise
     finally:
         stages.stop()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        for path in handover:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         if sys.exc_info()[0] is None:
             backend.commit()
             backend.update_nearest()
@@ -289,9 +306,24 @@ class _Preparer:
 _worker_preparer: _Preparer | None = None
 
 
-def _start_worker(preparer: _Preparer) -> None:
+def _handed_over(preparer: _Preparer, files: list[str]) -> str:
+    """A file holding ``preparer`` for the workers to read (appended to ``files``). Handed
+    over in the arguments of their start, its vocabularies (megabytes) made starting a worker
+    wait until it had read them, and for ever where Ctrl-C killed it while it started."""
+    fd, path = tempfile.mkstemp(prefix="qres-index-", suffix=".pickle")
+    files.append(path)
+    with os.fdopen(fd, "wb") as out:
+        pickle.dump(preparer, out, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def _start_worker(preparer_file: str) -> None:
     global _worker_preparer
-    _worker_preparer = preparer
+    # The terminal's Ctrl-C reaches every process of its group: the main process alone stops
+    # a run (a worker stopped mid-batch printed a traceback and took the batch with it).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with open(preparer_file, "rb") as source:
+        _worker_preparer = pickle.load(source)
     threading.Thread(target=_exit_with_parent, name="qres-parent-watch", daemon=True).start()
 
 
