@@ -107,6 +107,27 @@ def test_a_file_size_limit_on_the_engine_files_names_the_index_the_cause_and_wha
         assert b.count() == 200
 
 
+def test_a_rebuild_that_fills_the_disk_names_the_live_index_and_says_it_is_as_it_was(
+    tmp_path, model_dir
+):
+    """A write that fails in a rebuild (or a compaction) built aside named the hidden work
+    directory and promised that "everything committed" was kept."""
+    corpus, index_dir = tmp_path / "c.tsv", tmp_path / "ix"
+    write_tsv(corpus, make_corpus(3000))
+    cli = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    args = ("--index-dir", index_dir, "index", "--model", model_dir)
+    assert python(cli, *args, corpus).returncode == 0
+    limited = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (80_003, 80_003))\n"
+    proc = python(limited + cli, *args, corpus, "--rebuild")
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    # the vector file or tantivy's own files, whichever fills first: named in the live index
+    assert proc.stderr.startswith(f"error: {index_dir}") and ": cannot write " in proc.stderr
+    assert f"the work built aside is discarded: {index_dir} is as it was" in proc.stderr
+    assert ".rebuild" not in proc.stderr
+    with EmbeddedBackend(index_dir) as b:
+        assert b.count() == 3000
+
+
 # -- 2: --rebuild never deletes a directory that is not a qres index --------------------------
 
 

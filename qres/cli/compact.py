@@ -22,6 +22,7 @@ def compact(obj: Context):
     Example:
       qres compact
     """
+    obj.on_interrupt = "a compaction is swapped in whole: the index is as it was, or compacted"
     with obj.open() as backend:
         figures = backend.compact()
     if obj.as_json:

@@ -299,8 +299,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
                 writer.add_document(document(question, pair, slot, self._fields))
         except ValueError as err:
             raise BackendError(
-                f"{self.path}: cannot write the index ({_engine_failure(self.path, err)}); "
-                "everything committed before this point is kept"
+                f"{self.live_path}: cannot write the index ({_engine_failure(self.path, err)}); "
+                f"{self.kept_on_failure()}"
             ) from None
 
     def delete(self, ids: Sequence[str]) -> None:

@@ -291,7 +291,8 @@ def lock_dir(path: Path):
                 f"{path} is open for writing elsewhere in this process: close that Index or "
                 "backend first (or open it in a with block)"
                 if here
-                else f"{path} is being written by another qres process: wait for it to end"
+                else f"{path} is being written by another qres process (qres index, compact, "
+                "or a qres serve that takes writes): wait for it to end, or stop that server"
             ) from None
     _LOCKED_HERE[key] = lock
     return lock

@@ -41,6 +41,13 @@ class Rebuilds:
     """Rebuilding, compaction and adding models of
     :class:`~qres.backends.embedded.EmbeddedBackend` (mixed into it)."""
 
+    def kept_on_failure(self) -> str:
+        """What a write that fails leaves: work built aside (a rebuild, a compaction, models
+        added) is discarded whole; otherwise every commit before it stands."""
+        if self.path != self.live_path:
+            return f"the work built aside is discarded: {self.live_path} is as it was"
+        return "everything committed before this point is kept"
+
     def begin_rebuild(self) -> None:
         """Send every write and read of this object to a fresh index built beside the live
         one (``NAME.rebuild``), holding the live index's writer lock; searches by other

@@ -196,8 +196,8 @@ class VectorFiles:
                     with contextlib.suppress(OSError):
                         os.ftruncate(fd, end * self._row_bytes(m))
             raise BackendError(
-                f"{path}: cannot write vectors ({err.strerror}); "
-                "everything committed before this point is kept"
+                f"{self.live_path / path.name}: cannot write vectors ({err.strerror}); "
+                f"{self.kept_on_failure()}"
             ) from None
         return end
 
