@@ -498,3 +498,37 @@ def test_originals_closed_at_the_same_moment_keep_the_files_order():
         ("31127", same),
         ("9", same),
     ]
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        ('PostId="2"', "a duplicate link's RelatedPostId: missing"),
+        ('PostId=" " RelatedPostId="3"', "a duplicate link's PostId: empty id"),
+    ],
+)
+def test_a_duplicate_link_without_its_ids_names_the_file_and_line(tmp_path, row, problem):
+    """Such a row was dropped without a word, as if the file held one link fewer."""
+    path = tmp_path / "PostLinks.xml"
+    path.write_text(
+        '<postlinks>\n<row Id="1" PostId="5" RelatedPostId="3" LinkTypeId="3" />\n'
+        f'<row Id="2" {row} LinkTypeId="3" />\n</postlinks>\n'
+    )
+    with pytest.raises(CorpusError) as err:
+        duplicate_links.read(path)
+    assert str(err.value) == f"{path}:3: {problem}"
+
+
+def test_links_that_close_none_of_the_questions_warn_instead_of_claiming_an_effect(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    tsv = tmp_path / "q.tsv"
+    tsv.write_text("id\ttitle\tbody\nq1\tvisa border\tschengen\n")
+    links = postlinks(tmp_path / "links.xml", [("11", "1", "2012-01-01", 3)])
+    result = CliRunner().invoke(cli, ["index", str(tsv), "--links", str(links)])
+    assert result.exit_code == 0, result.output
+    assert "search shows their originals" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"warning: {links} closes none of the indexed questions: is it this forum's PostLinks.xml?"
+    )

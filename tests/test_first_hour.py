@@ -225,3 +225,82 @@ def test_askubuntus_downloaded_texts_are_found_without_corpus(tmp_path, monkeypa
         f.write("1\tboot from usb\tmy usb stick\n")
     found = load_benchmark("askubuntu", "test")
     assert not found.missing_texts and found.source == downloaded
+
+
+@pytest.mark.parametrize(
+    ("header", "found"),
+    [("question_id\ttitle\tbody", "question_id, title, body"), ("Title\tBody", "Title, Body")],
+)
+def test_a_header_without_an_id_column_is_refused_not_indexed_as_a_question(
+    run, tmp_path, header, found
+):
+    corpus = tmp_path / "h.tsv"
+    corpus.write_text(f"{header}\nq1\tVisa for Japan\tDo I need one\n")
+    result = run("index", corpus, "--index-dir", tmp_path / "ix")
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line == (
+        f"error: {corpus}:1: a header without an id column (found {found}): name the id column `id`"
+    )
+    assert not (tmp_path / "ix").exists()
+
+
+def test_links_and_no_links_together_are_refused(run, files):
+    links = files / "PostLinks.xml"
+    links.write_text("<postlinks>\n</postlinks>\n")
+    args = ["index", files / "forum.tsv", "--links", links, "--no-links"]
+    result = run(*args, "--index-dir", files / "ix")
+    assert result.exit_code == 2 and "--links FILE and --no-links" in result.output
+    assert not (files / "ix").exists()
+
+
+def test_a_dash_reads_the_corpus_from_standard_input(files, monkeypatch):
+    from click.testing import CliRunner
+
+    from qres.cli import cli
+
+    monkeypatch.setenv("QRES_HOME", str(files / "home"))
+    result = CliRunner().invoke(cli, ["--json", "index", "-"], input=FORUM)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["indexed"] == 2
+
+
+def _zip(path: Path) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("cooking.csv", "id,title,content,tags\n1,t,b,x\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda d: d / "forum", "{corpus}: a folder, not a file: give {corpus}/Posts.xml"),
+        (lambda d: _zip(d / "cooking.csv.zip"), "{corpus}: a zip archive: unzip it (qres reads"),
+        (
+            lambda d: write(d / "p.json", '{\n  "id": 1,\n  "title": "t"\n}\n'),
+            "{corpus}:1: invalid JSON (Expecting property name enclosed in double quotes at "
+            "column 1): qres reads JSON Lines, one object per line",
+        ),
+        (
+            lambda d: write(d / "a.json", '[{"id": 1, "title": "t"}]\n'),
+            "{corpus}:1: expected a JSON object: qres reads JSON Lines, one object per line",
+        ),
+    ],
+    ids=["folder", "zip", "pretty-printed-json", "json-array"],
+)
+def test_input_of_the_wrong_kind_is_named_in_one_line(run, tmp_path, make, said):
+    (tmp_path / "forum").mkdir()
+    (tmp_path / "forum" / "Posts.xml").write_text("<posts>\n</posts>\n")
+    corpus = make(tmp_path)
+    result = run("index", corpus, "--index-dir", tmp_path / "ix")
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: " + said.format(corpus=corpus)), line
+    assert "guessed" not in line and not (tmp_path / "ix").exists()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path

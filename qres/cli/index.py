@@ -43,7 +43,7 @@ def _said_if_swapped(obj: Context, backend):
 
 @click.command()
 @json_option
-@click.argument("corpus", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("corpus", type=click.Path(path_type=Path))  # a folder: the reader's error
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Input format [default: detect].")
 @click.option(
     "--model",
@@ -128,7 +128,7 @@ def index(
     """Index the questions of CORPUS (re-running replaces questions by id).
 
     \b
-    CORPUS is one of (plain or .gz):
+    CORPUS is one of (plain or .gz; - reads standard input):
       askubuntu    id<TAB>title<TAB>body lines (text_tokenized.txt.gz)
       tsv          a header naming id, title, body [, tags]
       jsonl        {"id": ..., "title": ..., "body": ..., "tags": [...]}
@@ -162,6 +162,8 @@ def index(
         record_corpus,
     )
 
+    if links_file and no_links:
+        raise click.UsageError("--links FILE and --no-links: give one or the other")
     models = _with_model_set(model_set, models)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
     dropped = held_model_dirs(obj.open) if rebuild and not models else []
@@ -234,8 +236,11 @@ def index(
         "skipped_examples": stats.problems,
         "vectors_dropped": [Path(d).name for d in dropped] if encoder is None else [],
     }
+    warning = duplicate_links.closes_none(links_file, len(closed), closed_read[0])
     if obj.as_json:
         obj.emit(summary)
-        return
-    for line in summary_lines(summary):
-        console.print(line, highlight=False, markup=False)
+    else:  # links that close nothing: the warning, not a line claiming their effect
+        for line in summary_lines({**summary, **({"duplicate_links": None} if warning else {})}):
+            console.print(line, highlight=False, markup=False)
+    if warning:
+        console.print(warning, highlight=False, markup=False)

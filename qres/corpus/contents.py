@@ -63,7 +63,7 @@ def first_question_read(
             path, None, f"no questions: {what}{skipped}{guessed_as}; nothing was indexed"
         ) from None
     except CorpusError as err:
-        if not guess:
+        if not guess or err.line is None:  # what the whole file is: no format would read it
             raise
         raise CorpusError(err.path, err.line, f"{err.problem}{guess}") from None
     return itertools.chain([first], questions)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qres.corpus.readers import CorpusError, Question, xml_pieces
+from qres.corpus.readers import STDIN, CorpusError, Question, id_problem, xml_pieces
 from qres.corpus.stackexchange import DUPLICATE_DATES, DUPLICATE_OF, MalformedXML, xml_events
 
 LINK_FILE = "PostLinks.xml"
@@ -43,6 +43,8 @@ _DATE = re.compile(r"\d{4}-\d\d-\d\d([T ]\d\d:\d\d(:\d\d(\.\d+)?)?)?$")
 
 def beside(corpus: str | Path) -> Path | None:
     """The ``PostLinks.xml`` (or ``.xml.gz``) in the folder of ``corpus``, if there is one."""
+    if str(corpus) == STDIN:  # standard input is in no folder
+        return None
     folder = Path(corpus).parent
     found = [folder / name for name in (LINK_FILE, LINK_FILE + ".gz")]
     return next((path for path in found if path.is_file()), None)
@@ -51,7 +53,8 @@ def beside(corpus: str | Path) -> Path | None:
 def read_links(path: Path, dated: bool = False) -> Iterator[tuple[str, str, str]]:
     """(PostId, RelatedPostId, CreationDate) of each duplicate link, streamed; read as the
     posts are (:func:`qres.corpus.readers.xml_pieces`): a corrupt gzip stream or one endless
-    attribute is one :class:`CorpusError`; so is, where ``dated``, a link without a date."""
+    attribute is one :class:`CorpusError`; so is a duplicate link without its two ids (or
+    with one no question can have), and, where ``dated``, a link without a date."""
     parser = ET.XMLPullParser(events=("start", "end"))
     root = None
     try:
@@ -63,6 +66,10 @@ def read_links(path: Path, dated: bool = False) -> Iterator[tuple[str, str, str]
                 continue
             if row.get("LinkTypeId") == DUPLICATE:
                 post, related = row.get("PostId"), row.get("RelatedPostId")
+                for name, value in (("PostId", post), ("RelatedPostId", related)):
+                    problem = "missing" if value is None else id_problem(value.strip())
+                    if problem:
+                        raise CorpusError(path, line, f"a duplicate link's {name}: {problem}")
                 date = row.get("CreationDate") or ""
                 if dated and not _DATE.match(date):
                     raise CorpusError(
@@ -71,8 +78,7 @@ def read_links(path: Path, dated: bool = False) -> Iterator[tuple[str, str, str]
                         f"a duplicate link's CreationDate is {date!r}, not a date "
                         "(YYYY-MM-DDTHH:MM:SS): links are split and replayed by it",
                     )
-                if post and related:
-                    yield post.strip(), related.strip(), date
+                yield post.strip(), related.strip(), date
             if row in root:
                 root.remove(row)  # the rows read are dropped: memory stays constant
         parser.close()
@@ -181,6 +187,18 @@ class DuplicateLinks(Mapping):
 def _number(text: str) -> bool:
     """Whether ``text`` is a whole number written as Python writes it (no leading zero)."""
     return text.isdigit() and text.isascii() and (text[0] != "0" or text == "0")
+
+
+def closes_none(path: Path | None, known: int, closed: int) -> str | None:
+    """A warning where the links of ``path`` (``known`` duplicates) close none of the
+    questions read (``closed``): then they change nothing search does."""
+    if path is None or closed:
+        return None
+    if not known:
+        return f'warning: {path} holds no duplicate links (LinkTypeId="3"): it closes nothing'
+    return (
+        f"warning: {path} closes none of the indexed questions: is it this forum's PostLinks.xml?"
+    )
 
 
 def names_originals(questions: Iterable[Question]) -> bool:

@@ -16,9 +16,10 @@ Formats, chosen by ``fmt`` or detected from the file name and first line:
 
 Any of them may be gzipped (``.gz``). Files are read line by line (XML incrementally), never
 whole, and no line is ever held whole beyond :data:`MAX_LINE_CHARS` characters: a longer one
-is a malformed record, its rest skipped unread into memory. A file (or pipe) is read once:
-format detection reads its first bytes, which the reader then gets again. UTF-16 text is
-refused at its first line (convert it to UTF-8). A malformed record raises
+is a malformed record, its rest skipped unread into memory. A file (or pipe; ``-`` is standard
+input) is read once: format detection reads its first bytes, which the reader then gets
+again. UTF-16 text is refused at its first line (convert it to UTF-8), a zip archive or a
+folder in one line. A malformed record raises
 :class:`CorpusError` naming file, line and problem unless ``skip_bad`` is set, in which case
 it is counted in :class:`ReadStats` and skipped. A failure with no record boundary after it —
 an unreadable or truncated gzip stream, a bad header, malformed XML, a CSV quote left open to
@@ -37,6 +38,7 @@ import gzip
 import io
 import json
 import re
+import sys
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Iterator, Mapping
@@ -69,6 +71,10 @@ MAX_EXTRAS = 20  # display fields per question
 MAX_EXTRA_KEY_CHARS = 64
 
 FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv", "stackexchange")
+STDIN = "-"  # the corpus path that reads standard input
+_ZIP = ("PK\x03\x04", "PK\x05\x06")  # how a zip archive (or an empty one) begins
+_READS = f"{', '.join(FORMATS)}; plain or .gz"
+_JSON_LINES = "qres reads JSON Lines, one object per line"
 
 # C0/C1 control characters (terminal escapes start with ESC) and lone surrogates, which
 # cannot be stored as UTF-8; text fields keep tab and newline.
@@ -139,11 +145,17 @@ class _Replayed(io.RawIOBase):
 
 def _open_bytes(path: Path) -> io.BufferedIOBase:
     """The file's bytes (gunzipped for .gz); a pipe that detection read from replays that."""
-    if not path.exists():
-        raise CorpusError(path, None, "file not found")
     peeked = _peeked.pop(str(path), None)
     if peeked is not None:
         return io.BufferedReader(_Replayed(*peeked))
+    if str(path) == STDIN:
+        return sys.stdin.buffer
+    if path.is_dir():
+        dump = [path / n for n in ("Posts.xml", "Posts.xml.gz") if (path / n).is_file()]
+        give = f"give {dump[0]}" if dump else "give a corpus file in it"
+        raise CorpusError(path, None, f"a folder, not a file: {give}")
+    if not path.exists():
+        raise CorpusError(path, None, "file not found")
     try:
         return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
     except OSError as err:
@@ -199,6 +211,8 @@ def _lines(path: str | Path, f: io.TextIOBase, size: int = -1) -> Iterator[tuple
             raise CorpusError(
                 path, 1, "the file is UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"
             )
+        if first and text.startswith(_ZIP):
+            raise CorpusError(path, None, f"a zip archive: unzip it (qres reads {_READS})")
         first = False
         if size <= 0 and len(text) > MAX_LINE_CHARS and not text.endswith("\n"):
             yield n, None
@@ -259,8 +273,18 @@ def detect_format(path: str | Path) -> str:
         head = _head(path, 4096, first_line=False)[:4096]
         return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
     first_line = _head(path, _HEAD_BYTES, first_line=True).split("\n", 1)[0]
-    first = first_line.rstrip("\r").lower().split("\t")
-    return "tsv" if "id" in first else "askubuntu"  # a header names id, in any column
+    columns = [c.strip() for c in first_line.rstrip("\r").split("\t")]
+    names = {c.lower() for c in columns}
+    if "id" in names:  # a header names id, in any column
+        return "tsv"
+    # A line naming title or body without a number (an id, in a line of data) is a header:
+    # read as AskUbuntu lines it would be indexed as a question.
+    if names & {"title", "body"} and not any(c.isdigit() for c in columns):
+        found = _clean_text(", ".join(columns))[:200]
+        raise CorpusError(
+            path, 1, f"a header without an id column (found {found}): name the id column `id`"
+        )
+    return "askubuntu"
 
 
 def read_corpus(
@@ -446,7 +470,10 @@ def _read_jsonl(path: Path):
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
                 # some messages end in "at" ("Unterminated string starting at"): said once
-                yield n, f"invalid JSON ({err.msg.removesuffix(' at')} at column {err.colno})"
+                problem = f"invalid JSON ({err.msg.removesuffix(' at')} at column {err.colno})"
+                # an object that goes on past its line: a pretty-printed file
+                ends = err.pos >= len(line.rstrip())
+                yield n, f"{problem}: {_JSON_LINES}" if ends else problem
                 continue
             except RecursionError:
                 yield n, "invalid JSON (nested too deeply)"
@@ -455,7 +482,7 @@ def _read_jsonl(path: Path):
                 yield n, "invalid JSON (a number with too many digits)"
                 continue
             if not isinstance(obj, dict):
-                yield n, "expected a JSON object"
+                yield n, f"expected a JSON object: {_JSON_LINES}"
                 continue
             qid = obj.get("id")
             if qid is None:
