@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -10,7 +11,12 @@ import platformdirs
 
 def home() -> Path:
     env = os.environ.get("QRES_HOME")
-    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("qres"))
+    if not env:
+        return Path(platformdirs.user_data_dir("qres"))
+    path = Path(env).expanduser()
+    if path.exists() and not path.is_dir():  # else every command fails, each its own way
+        raise NotADirectoryError(errno.ENOTDIR, "QRES_HOME is a file, not a folder", str(path))
+    return path
 
 
 def data_dir() -> Path:

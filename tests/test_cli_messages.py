@@ -165,3 +165,14 @@ def test_a_fusion_file_or_device_that_is_not_there_says_so(tmp_path, monkeypatch
         Runtime.from_env()
     with pytest.raises(EncoderError, match="^--device: unknown device 'tpu'"):
         Runtime.from_env("tpu")
+
+
+@pytest.mark.parametrize("command", [["search", "x"], ["info"], ["index", "c.tsv"]])
+def test_a_qres_home_that_is_a_file_is_said_once_for_every_command(
+    run, tmp_path, monkeypatch, command
+):
+    (tmp_path / "home").write_text("")
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    result = run(*command)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"error: {tmp_path / 'home'}: QRES_HOME is a file, not a folder"
