@@ -20,7 +20,8 @@ on each engine in turn, so all see the same machine load; the ratios
 runs 50 warm-up queries first. With ``--links-forum DIR`` (a dump's folder, e.g. the travel
 forum) the same run also indexes that forum with its duplicate links (and ``--model``'s
 vectors) and times bm25, ranked alone, following the links and keeping duplicates as
-themselves (``links.following_over_keeping_p50``).
+themselves (``links.following_over_keeping_p50``), and hybrid the same way with a model
+(``links.hybrid_following_over_keeping_p50``).
 
 * ``bm25s`` — one field holding the title twice and the body: bm25s's fast path (one
   posting list per query term). It is a different ranking function from qres's, which sums
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -179,29 +181,38 @@ def following_links(args, encoder, index_dir: Path) -> dict:
     try:
         questions = duplicate_links.attach(read_corpus(posts), links)
         index_questions(backend, questions, encoder=encoder)
-        following = SearchPipeline(backend)
-        keeping = SearchPipeline(backend)
+        following = SearchPipeline(backend, encoder)
+        keeping = SearchPipeline(backend, encoder)
         keeping.follow_duplicates = False
         titles = [q.title for q in read_corpus(posts)][: args.queries]
-        engines = {
-            "bm25_following_links": lambda t: following.search(t, args.k, with_text=False),
-            "bm25_keeping_duplicates": lambda t: keeping.search(t, args.k, with_text=False),
-        }
+        engines = {}
+        for mode in ("bm25", "hybrid") if encoder is not None else ("bm25",):
+            engines |= {
+                f"{mode}_following_links": partial(following.search, k=args.k, mode=mode),
+                f"{mode}_keeping_duplicates": partial(keeping.search, k=args.k, mode=mode),
+            }
+        engines = {name: partial(run, with_text=False) for name, run in engines.items()}
         times = timed_in_turn(engines, titles)
     finally:
         backend.close()
     latency = {name: summary(t) for name, t in times.items()}
+    ratios = {
+        f"{mode}_following_over_keeping_p50": round(
+            latency[f"{mode}_following_links"]["p50_ms"]
+            / latency[f"{mode}_keeping_duplicates"]["p50_ms"],
+            3,
+        )
+        for mode in ("bm25", "hybrid")
+        if f"{mode}_following_links" in latency
+    }
     return {
         "forum": str(args.links_forum),
         "questions_with_links": len(links),
         "follows_links": following.follow_duplicates,
         "queries": len(titles),
         "latency": latency,
-        "following_over_keeping_p50": round(
-            latency["bm25_following_links"]["p50_ms"]
-            / latency["bm25_keeping_duplicates"]["p50_ms"],
-            3,
-        ),
+        "following_over_keeping_p50": ratios["bm25_following_over_keeping_p50"],
+        **ratios,
     }
 
 

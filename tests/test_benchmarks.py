@@ -45,6 +45,21 @@ def test_search_latency_times_qres_beside_bm25s(shared_data, tmp_path):
     assert result["machine"]["cpu_count"] >= 1
 
 
+def test_search_latency_times_following_links_in_both_modes(shared_data, tmp_path):
+    result = bench(
+        "search_latency.py", "--docs", 300, "--queries", 30, "--model", MODEL,
+        "--data-dir", shared_data, "--links-forum", shared_data / "stackexchange-travel",
+        tmp=tmp_path,
+    )  # fmt: skip
+    links = result["links"]
+    assert set(links["latency"]) == {
+        f"{mode}_{way}" for mode in ("bm25", "hybrid")
+        for way in ("following_links", "keeping_duplicates")
+    }  # fmt: skip
+    assert links["follows_links"] and links["hybrid_following_over_keeping_p50"] > 0
+    assert links["following_over_keeping_p50"] == links["bm25_following_over_keeping_p50"]
+
+
 def test_index_throughput_reports_each_stage(shared_data, tmp_path):
     result = bench(
         "index_throughput.py", "--docs", 300, "--model", MODEL, "--data-dir", shared_data,
