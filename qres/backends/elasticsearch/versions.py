@@ -9,7 +9,8 @@ import os
 import re
 import socket
 
-from elasticsearch import NotFoundError
+from elastic_transport import TransportError
+from elasticsearch import ApiError, NotFoundError
 
 from qres.backends.base import (
     BackendError,
@@ -62,20 +63,19 @@ class VersionedAlias:
             and entry["name"] != self._rebuilding
         )
 
+    def _built_here_by(self, orphan: str) -> int | None:
+        """The process of this machine that built ``orphan`` (None: another machine's, or
+        not known)."""
+        mappings = self._client.indices.get_mapping(index=orphan).get(orphan, {}).get("mappings")
+        owner = (mappings or {}).get("_meta", {}).get("built_by") or {}
+        here = owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
+        return owner["pid"] if here else None
+
     def _abandoned(self, orphan: str) -> bool:
         """Whether ``orphan`` was built on this machine by a process that is gone: only then
         can it not be a rebuild still running (one elsewhere may be)."""
-        mappings = self._client.indices.get_mapping(index=orphan).get(orphan, {}).get("mappings")
-        owner = (mappings or {}).get("_meta", {}).get("built_by") or {}
-        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-            return False
-        try:
-            os.kill(owner["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:  # alive, under another user
-            return False
-        return False
+        pid = self._built_here_by(orphan)
+        return pid is not None and not _alive(pid)
 
     @_guarded
     def acquire_write_lock(self) -> None:
@@ -125,7 +125,14 @@ class VersionedAlias:
         if self._rebuilding:
             raise BackendError(f"a rebuild of {self.alias!r} is already under way")
         orphans = self._orphans()
-        if orphans:  # one rebuild at a time: another unfinished one was interrupted
+        for orphan in orphans:  # one rebuild at a time: another one here may still run
+            pid = self._built_here_by(orphan)
+            if pid is not None and _alive(pid):
+                raise BackendError(
+                    f"{self.alias} is being rebuilt into {orphan} by another qres process "
+                    f"(pid {pid}): wait for it to end"
+                )
+        if orphans:  # what another, unfinished rebuild left: it was interrupted
             log.warning(
                 "removed %s, left behind by an interrupted rebuild of %s",
                 ", ".join(orphans),
@@ -164,6 +171,15 @@ class VersionedAlias:
         if not self._rebuilding:
             return
         new, self._rebuilding, self._target = self._rebuilding, None, self.alias
+        try:
+            live, _ = self._behind_alias()
+        except (ApiError, TransportError):  # not known: kept, a later rebuild removes it
+            log.warning("kept %s: could not tell whether the alias %s names it", new, self.alias)
+            return
+        if new in live:  # the swap went through, though its answer did not come back
+            self.swapped_in = True
+            log.warning("%s went live before the rebuild of %s stopped: kept", new, self.alias)
+            return
         self._client.indices.delete(index=new, ignore_unavailable=True)
 
     @_guarded
@@ -173,3 +189,14 @@ class VersionedAlias:
         names, _ = self._behind_alias()
         if names:
             self._client.indices.delete(index=names, ignore_unavailable=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, under another user
+        return True
+    return True
