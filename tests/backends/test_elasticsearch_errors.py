@@ -311,6 +311,21 @@ def test_an_index_that_is_not_a_qres_index():
     assert "is not a qres index" in one_sentence(failing(other))
 
 
+def test_too_large_and_busy_answers_say_what_to_do_about_them():
+    err = failing(None, status=413)
+    assert one_sentence(err) == (
+        f"Elasticsearch at {URL} refused a request on qres-questions as too large (HTTP 413, "
+        "no details): index in smaller batches (qres index --batch-size N) or raise the "
+        "cluster's http.max_content_length"
+    )
+    for status in (429, 503):
+        busy = es_error(status, "es_rejected_execution_exception", "queue full")
+        assert one_sentence(failing(busy, status=status)) == (
+            f"Elasticsearch at {URL} is too busy to answer on qres-questions (HTTP {status}, "
+            "es_rejected_execution_exception: queue full), after retries: try again later"
+        )
+
+
 def test_other_refusals_carry_the_servers_reason():
     cluster = FakeCluster().on("GET", "/qres-questions/_mapping", mapping())
     backend = cluster.backend()

@@ -42,6 +42,7 @@ from qres.backends.base import (
 )
 from qres.backends.elasticsearch.config import EsConfig, load_config, make_client
 from qres.backends.elasticsearch.errors import (
+    BUSY,
     _describe_error,
     _error_type,
     _guarded,
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INDEX = "qres-questions"
 DEFAULT_LOG_INDEX = "qres-search-log"
 _MGET_BATCH = 1000
-_RETRY_STATUS = (429, 502, 503, 504)
+_RETRY_STATUS = BUSY
 
 
 class EsBackend(VersionedAlias, Searching, Backend):

@@ -18,6 +18,9 @@ from elasticsearch import (
 from qres.backends.base import BackendError, IndexMissingError
 from qres.backends.elasticsearch.config import EsConfig, config_path
 
+# What a cluster answers when it is too busy for now (retried with backoff where written).
+BUSY = (429, 502, 503, 504)
+
 
 def _error_type(err: TransportApiError) -> str:
     body = err.body if isinstance(err.body, dict) else {}
@@ -139,6 +142,17 @@ def explain(err: Exception, config: EsConfig, index: str) -> str:
             f"Elasticsearch at {where} found nothing for a request on index {index!r} (HTTP "
             f"404, {_error_reason(err)}): create the index with `qres --backend elasticsearch "
             "index CORPUS` if it is missing, or check that QRES_ES_URL is the cluster's address"
+        )
+    elif isinstance(err, TransportApiError) and err.meta.status == 413:
+        message = (
+            f"Elasticsearch at {where} refused a request on {index} as too large (HTTP 413, "
+            f"{_error_reason(err)}): index in smaller batches (qres index --batch-size N) or "
+            "raise the cluster's http.max_content_length"
+        )
+    elif isinstance(err, TransportApiError) and err.meta.status in BUSY:
+        message = (
+            f"Elasticsearch at {where} is too busy to answer on {index} (HTTP "
+            f"{err.meta.status}, {_error_reason(err)}), after retries: try again later"
         )
     elif isinstance(err, TransportApiError):
         message = (
