@@ -272,6 +272,7 @@ def test_detect_format(tmp_path, name, content, fmt):
         ("c.jsonl", '{"id": "1", "title": ["t"]}\n', 1, "must be strings"),
         ("c.jsonl", '{"id": "1", "title": "t", "tags": 5}\n', 1, "tags must be a list"),
         ("c.jsonl", '{"id": " ", "title": "t"}\n', 1, "empty id"),
+        ("c.jsonl", '{"id": "..", "title": "t"}\n', 1, "id '..' cannot name a page in a URL"),
         ("c.jsonl", '{"id": "1", "title": "t", "answer_count": "many"}\n', 1, "not a whole"),
         ("c.jsonl", '{"id": "1", "title": "t", "answer_count": 2.5}\n', 1, "whole number"),
         ("c.jsonl", '{"id": "1", "title": "t", "score": true}\n', 1, "'score' must be"),

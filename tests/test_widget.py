@@ -270,3 +270,144 @@ def test_a_service_that_is_down_shows_a_clear_error(browser, server, tmp_path):
         browser.save_screenshot(str(tmp_path / "down.png"))  # kept for a failing run's eyes
     finally:
         server.start()
+
+
+def test_going_back_to_the_text_on_screen_drops_the_answer_for_the_newer_one(browser, server):
+    import time
+
+    browser.get(server.url + "/")
+    title = browser.find_element("id", "title")
+    title.send_keys("wifi driver")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    shown = [o.get_attribute("data-id") for o in options(browser)]
+    browser.execute_script(SLOW_FETCH)  # from here every answer takes 1.5 s
+    title.send_keys(" sound hdmi")
+    wait_for(browser, lambda: browser.execute_script("return window.requested.length") == 1)
+    for _ in " sound hdmi":
+        title.send_keys("\b")  # back to the text whose answer is on screen
+    time.sleep(2.5)  # past the slow answer
+    assert [o.get_attribute("data-id") for o in options(browser)] == shown
+    assert browser.execute_script("return window.aborted") == 1
+
+
+def test_escape_closes_the_list_even_with_a_search_under_way(browser, server):
+    import time
+
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/")
+    title = browser.find_element("id", "title")
+    title.send_keys("wifi driver")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    browser.execute_script(SLOW_FETCH)
+    title.send_keys(" broadcom")
+    wait_for(browser, lambda: browser.execute_script("return window.requested.length") == 1)
+    title.send_keys(Keys.ESCAPE)
+    title.send_keys(" b", Keys.ESCAPE)  # and inside the pause before a search
+    time.sleep(2.0)
+    assert widget_state(browser) == "idle" and options(browser) == []
+    assert title.get_attribute("aria-expanded") == "false"
+
+
+def test_a_right_or_modified_click_leaves_the_page_to_the_browser(browser, server):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/")
+    title = browser.find_element("id", "title")
+    title.send_keys("wifi keeps dropping")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    first = options(browser)[0]
+    ActionChains(browser).context_click(first).perform()
+    ActionChains(browser).key_down(Keys.CONTROL).click(first).key_up(Keys.CONTROL).perform()
+    assert browser.current_url == server.url + "/"  # the question being written stays
+    assert title.get_attribute("value") == "wifi keeps dropping"
+
+
+def test_leaving_the_box_closes_the_combobox_and_keeps_the_list_in_view(browser, server):
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(server.url + "/")
+    title = browser.find_element("id", "title")
+    title.send_keys("wifi keeps dropping", Keys.ARROW_DOWN)
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    title.send_keys(Keys.ARROW_DOWN)
+    title.send_keys(Keys.TAB)
+    assert title.get_attribute("aria-expanded") == "false"
+    assert title.get_attribute("aria-activedescendant") is None
+    assert all(o.get_attribute("aria-selected") == "false" for o in options(browser))
+    assert options(browser)[0].is_displayed()  # the list stays beside the question
+    title.click()
+    assert title.get_attribute("aria-expanded") == "true"
+
+
+ANSWER_FETCH = """
+window.requested = [];
+window.fetch = (url, options) => {
+  window.requested.push(String(url));
+  return Promise.resolve(new Response(JSON.stringify({results: arguments_results}),
+    {status: 200, headers: {"Content-Type": "application/json"}}));
+};
+"""
+
+
+def test_a_title_cannot_reorder_the_list_or_widen_the_page(browser, server):
+    results = [
+        {"id": "r1", "title": "wifi \u202eevil title exe.txt", "answer_count": 3},
+        {"id": "r2", "title": "x" * 2000},
+    ]
+    import json
+
+    browser.get(server.url + "/")
+    browser.execute_script(ANSWER_FETCH.replace("arguments_results", json.dumps(results)))
+    browser.find_element("id", "title").send_keys("wifi")
+    wait_for(browser, lambda: widget_state(browser) == "results")
+    bidi, long = options(browser)
+    assert bidi.find_element("css selector", "bdi").text.startswith("wifi")  # isolated
+    assert bidi.text.endswith("3 answers")
+    width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert width <= browser.execute_script("return window.innerWidth")  # wrapped, not wide
+    assert long.size["height"] < 100  # at most three lines of it
+
+
+def test_a_pasted_text_too_long_for_the_service_is_cut_not_refused(browser, server):
+    from urllib.parse import parse_qs, urlsplit
+
+    browser.get(server.url + "/")
+    browser.execute_script(RECORD_FETCH)
+    title = browser.find_element("id", "title")
+    browser.execute_script(
+        "arguments[0].value = 'wifi ' + 'driver '.repeat(300);"
+        "arguments[0].dispatchEvent(new Event('input'));",
+        title,
+    )
+    wait_for(browser, lambda: widget_state(browser) in ("results", "empty", "error"))
+    assert widget_state(browser) != "error"
+    (asked,) = browser.execute_script("return window.requested")
+    assert len(parse_qs(urlsplit(asked).query)["q"][0]) == 2000
+
+
+def test_a_widget_loaded_from_a_folder_asks_that_folder(browser, tmp_path):
+    import functools
+    import http.server
+    import shutil
+    import threading
+
+    (tmp_path / "qres").mkdir()
+    shutil.copy(ROOT / "qres" / "static" / "widget.js", tmp_path / "qres" / "widget.js")
+    (tmp_path / "page.html").write_text(
+        '<!doctype html><input id="t" data-qres-similar><script src="/qres/widget.js"></script>'
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{site.server_address[1]}"
+        browser.get(base + "/page.html")
+        browser.execute_script(RECORD_FETCH)
+        browser.find_element("id", "t").send_keys("wifi drops")
+        wait_for(browser, lambda: browser.execute_script("return window.requested.length"))
+        (asked,) = browser.execute_script("return window.requested")
+        assert asked.startswith(base + "/qres/search?")  # as behind a proxy's /qres/
+    finally:
+        site.shutdown()

@@ -324,10 +324,13 @@ def read_corpus(
 
 
 def id_problem(qid: str) -> str | None:
-    """Why ``qid`` cannot be a question id (empty, a control character or lone surrogate,
-    longer than :data:`MAX_ID_BYTES`), or None."""
+    """Why ``qid`` cannot be a question id (empty, "." or ".." (a page's URL would read it
+    as its folder or the parent), a control character or lone surrogate, longer than
+    :data:`MAX_ID_BYTES`), or None."""
     if not qid.strip():
         return "empty id"
+    if qid in (".", ".."):
+        return f"id {qid!r} cannot name a page in a URL"
     if not qid.isprintable() and _ID_UNSAFE.search(qid):
         return f"id {qid[:80]!r} contains a control character or a lone surrogate"
     if len(qid) > MAX_ID_BYTES // 4 and len(qid.encode()) > MAX_ID_BYTES:

@@ -7,7 +7,7 @@
  *   <script src="https://qres.example.org/widget.js" defer></script>
  *
  * Options: data- attributes on the input, or qresSimilar.attach(input, {...}):
- *   data-qres-endpoint   the qres service [default: where widget.js was loaded from]
+ *   data-qres-endpoint   the qres service [default: the folder widget.js was loaded from]
  *   data-qres-k          how many questions to show [5]
  *   data-qres-link       a question's page, "{id}" replaced by its id [none: titles only]
  *   data-qres-min-chars  fewest characters before searching [3]
@@ -22,8 +22,11 @@
   "use strict";
 
   var script = document.currentScript;
-  var scriptOrigin = script && script.src ? new URL(script.src, location.href).origin : "";
+  // the folder widget.js was loaded from: behind a proxy's /qres/, its /search is /qres/search
+  var scriptBase = script && script.src ? new URL(".", new URL(script.src, location.href)).href : "";
   var widgets = 0;
+  var MAX_QUERY_CHARS = 2000; // what the service takes (qres serve's max_query_chars)
+  var MAX_K = 100; // and how many it gives at most (--max-k)
 
   var CSS =
     ".qres-similar{margin:.5rem 0 1rem;padding:.6rem .8rem;border:1px solid #d0d7de;" +
@@ -33,7 +36,8 @@
     ".qres-similar[data-state=error]{border-color:#cf222e;background:#fff5f5}" +
     ".qres-heading{margin:0 0 .3rem;font-weight:600}" +
     ".qres-list{list-style:none;margin:0;padding:0}" +
-    ".qres-option{padding:.3rem .45rem;border-radius:4px;cursor:pointer}" +
+    ".qres-option{padding:.3rem .45rem;border-radius:4px;cursor:pointer;overflow-wrap:anywhere;" +
+    "display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:3;overflow:hidden}" +
     ".qres-option:hover{background:#eaeef2}" +
     ".qres-option a{color:#0969da;text-decoration:none}" +
     ".qres-option.qres-active{background:#ddf4ff;box-shadow:inset 0 0 0 2px #0969da}" +
@@ -65,8 +69,8 @@
       var value = options[name] !== undefined ? options[name] : data["qres" + name[0].toUpperCase() + name.slice(1)];
       return value === undefined || value === "" ? fallback : value;
     }
-    var endpoint = String(option("endpoint", scriptOrigin)).replace(/\/+$/, "");
-    var k = Number(option("k", 5));
+    var endpoint = String(option("endpoint", scriptBase)).replace(/\/+$/, "");
+    var k = Math.min(MAX_K, Math.max(1, Math.floor(Number(option("k", 5))) || 5));
     var link = option("link", "");
     var minChars = Number(option("minChars", 3));
     var debounce = Number(option("debounce", 250));
@@ -100,6 +104,15 @@
     var shown = null; // the text whose answer is on screen
     var items = [];
     var active = -1;
+
+    function cancel() {
+      // the search waiting or in flight is for text no longer in the box
+      clearTimeout(timer);
+      timer = null;
+      if (pending) pending.abort();
+      pending = null;
+      box.removeAttribute("aria-busy");
+    }
 
     function show(state, message) {
       box.setAttribute("data-state", state);
@@ -141,6 +154,8 @@
       clear();
       results.forEach(function (result, i) {
         var label = result.title || result.id;
+        var title = document.createElement("bdi"); // its right-to-left text stays its own
+        title.textContent = label;
         var item = element("li", "qres-option", {
           id: id + "-option-" + i,
           role: "option",
@@ -150,10 +165,10 @@
         });
         if (link) {
           var anchor = element("a", "", { href: link.split("{id}").join(encodeURIComponent(result.id)), tabindex: "-1" });
-          anchor.textContent = label;
+          anchor.appendChild(title);
           item.appendChild(anchor);
         } else {
-          item.textContent = label;
+          item.appendChild(title);
         }
         var count = result.answer_count;
         if (typeof count === "number" && isFinite(count) && count >= 0) {
@@ -164,7 +179,8 @@
         }
         item.addEventListener("mousedown", function (event) {
           event.preventDefault(); // keep the focus in the input
-          choose(i);
+          // a plain click chooses; a right, middle or modified click is the browser's (a new tab)
+          if (event.button === 0 && !(event.ctrlKey || event.metaKey || event.shiftKey || event.altKey)) choose(i);
         });
         list.appendChild(item);
         items.push(item);
@@ -187,12 +203,12 @@
         mine.abort();
       }, timeout);
       box.setAttribute("aria-busy", "true");
-      var params = { q: text, k: String(k) };
+      var params = { q: text.slice(0, MAX_QUERY_CHARS), k: String(k) };
       if (typing) params.typing = "true"; // the last word may be unfinished: the server completes it
       var url = endpoint + "/search?" + new URLSearchParams(params);
       fetch(url, { signal: mine.signal, headers: { Accept: "application/json" } })
         .then(function (response) {
-          if (!response.ok) throw new Error("HTTP " + response.status);
+          if (!response.ok) throw Object.assign(new Error("HTTP " + response.status), { status: response.status });
           return response.json();
         })
         .then(function (answer) {
@@ -204,7 +220,13 @@
           if (mine !== pending || (error.name === "AbortError" && !timedOut)) return;
           shown = null;
           clear();
-          show("error", "Similar questions are unavailable right now: the search service is not answering.");
+          var refused = error.status >= 400 && error.status < 500;
+          show(
+            "error",
+            refused
+              ? "Similar questions are unavailable: the search service refused this request (HTTP " + error.status + ")."
+              : "Similar questions are unavailable right now: the search service is not answering."
+          );
         })
         .finally(function () {
           clearTimeout(limit);
@@ -220,19 +242,22 @@
       var text = input.value.trim();
       var typing = !/\s$/.test(input.value); // a space after the last word: it is finished
       if (text.length < minChars) {
-        if (pending) pending.abort();
-        pending = shown = null;
+        cancel();
+        shown = null;
         clear();
         show("idle");
         return;
       }
       timer = setTimeout(function () {
+        timer = null;
         if (text !== shown) search(text, typing);
+        else cancel(); // back to the text on screen: an answer for another would replace it
       }, debounce);
     });
 
     input.addEventListener("keydown", function (event) {
-      if (event.key === "Escape" && !box.hidden) {
+      if (event.key === "Escape" && (!box.hidden || pending || timer)) {
+        cancel(); // else a search already under way would open it again
         clear();
         show("idle");
         shown = null;
@@ -249,6 +274,20 @@
         event.preventDefault();
         choose(active);
       }
+    });
+
+    // The list stays on the page while the question is written; the combobox is closed.
+    input.addEventListener("blur", function () {
+      input.setAttribute("aria-expanded", "false");
+      input.removeAttribute("aria-activedescendant");
+      items.forEach(function (item) {
+        item.classList.remove("qres-active");
+        item.setAttribute("aria-selected", "false");
+      });
+      active = -1;
+    });
+    input.addEventListener("focus", function () {
+      if (items.length) input.setAttribute("aria-expanded", "true");
     });
 
     return { search: search, element: box };
