@@ -503,6 +503,16 @@ def test_cors_allows_only_the_configured_origin(tmp_path):
             timeout=30,
         )
         assert "access-control-allow-origin" not in other.headers
+        for headers, refused in (
+            ({"Origin": "https://evil.example", **preflight}, "origin"),
+            ({"Origin": origin, "Access-Control-Request-Method": "PUT"}, "method"),
+        ):
+            answer = httpx.options(f"{server.url}/search", headers=headers, timeout=30)
+            assert answer.status_code == 400  # one sentence of JSON, like every other 4xx
+            assert answer.json() == {
+                "error": f"the cross-origin request is not allowed: its {refused} is not one "
+                "served."
+            }
 
 
 def test_several_workers_search_and_refuse_writes_on_an_embedded_index(tmp_path):

@@ -36,7 +36,6 @@ import swagger_ui
 from fastapi import BackgroundTasks, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -49,7 +48,7 @@ from qres.encoders.model_set import model_set_of
 from qres.indexing.group_commit import Delete
 from qres.ranking.search import MODES
 from qres.service.config import API_KEY_ENV, ServiceConfig, searches_at_once
-from qres.service.middleware import BodyLimit, RequestMetrics
+from qres.service.middleware import BodyLimit, JsonCORSMiddleware, RequestMetrics
 from qres.service.schemas import (
     ApiError,
     BatchOut,
@@ -389,7 +388,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     if config.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            JsonCORSMiddleware,
             allow_origins=config.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type"],

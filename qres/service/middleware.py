@@ -1,7 +1,10 @@
-"""ASGI middleware of the service: the request body's size limit, and counting requests."""
+"""ASGI middleware of the service: the request body's size limit, counting requests, and
+CORS whose refusals are JSON like every other 4xx."""
 
 import json
 
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import JSONResponse
 from starlette.routing import Match
 
 from qres.service.state import Metrics
@@ -77,3 +80,17 @@ class RequestMetrics:
             await self.app(scope, receive, watch)
         finally:
             self.metrics.requests.labels(self.route_of(scope), scope["method"], str(status)).inc()
+
+
+class JsonCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS, its refused preflight a one-sentence JSON 400 (it was plain text:
+    "Disallowed CORS origin")."""
+
+    def preflight_response(self, request_headers):
+        answer = super().preflight_response(request_headers)
+        if answer.status_code != 400:
+            return answer
+        refused = answer.body.decode().removeprefix("Disallowed CORS ")
+        headers = {k: v for k, v in answer.headers.items() if k.lower().startswith("access-")}
+        message = f"the cross-origin request is not allowed: its {refused} is not one served."
+        return JSONResponse({"error": message}, 400, headers=headers)
