@@ -476,6 +476,36 @@ def test_failed_documents_are_listed_with_reasons(cluster):
     backend.close()
 
 
+def test_refusals_before_a_lost_connection_are_reported_with_it(cluster):
+    from elastic_transport import ConnectionError as Unreachable
+
+    sent = []
+
+    def refuse_u2_then_vanish(request):
+        sent.append(request)
+        if len(sent) > 1:
+            raise Unreachable("connection refused")
+        err = {"type": "mapper_parsing_exception", "reason": "bad"}
+        items = [
+            {"index": {"_id": qid, "status": 400, "error": err}}
+            if qid == "u2"
+            else {"index": {"_id": qid, "status": 201}}
+            for qid in (a["index"]["_id"] for a, _ in bulk_lines(request))
+        ]
+        return 200, {"errors": True, "items": items}
+
+    cluster.on("PUT", "/_bulk", refuse_u2_then_vanish)
+    backend = cluster.backend()
+    backend.bulk_docs = 2
+    with pytest.raises(BackendError) as caught:
+        backend.upsert(QUESTIONS)
+    message = str(caught.value)
+    assert message.startswith(f"cannot reach Elasticsearch at {URL}")
+    assert "; before that, 1 of 5 questions were not indexed in qres-questions" in message
+    assert "u2 (mapper_parsing_exception: bad)" in message and "\n" not in message
+    backend.close()
+
+
 def test_many_failures_show_the_first_five_and_a_count(cluster):
     def all_bad(request):
         err = {"type": "mapper_parsing_exception", "reason": "bad"}

@@ -47,6 +47,7 @@ from qres.backends.elasticsearch.errors import (
     _error_type,
     _guarded,
     _short,
+    explain,
     guarded_on,
 )
 from qres.backends.elasticsearch.requests import (
@@ -405,20 +406,29 @@ class EsBackend(VersionedAlias, Searching, Backend):
             retry_on_status=_RETRY_STATUS,
             yield_ok=False,
         )
-        for _, item in results:
-            ((op, info),) = item.items()
-            if op == "delete" and info.get("status") == 404 and "error" not in info:
-                continue  # deleting an unknown id is not an error
-            failures.append((str(info.get("_id")), _bulk_reason(info)))
+        try:
+            for _, item in results:
+                ((op, info),) = item.items()
+                if op == "delete" and info.get("status") == 404 and "error" not in info:
+                    continue  # deleting an unknown id is not an error
+                failures.append((str(info.get("_id")), _bulk_reason(info)))
+        except Exception as err:  # what ended the run, said with the refusals before it
+            if not failures or isinstance(err, BackendError):
+                raise
+            refused = self._refused(failures, total, done)
+            stopped = explain(err, self.config, self._target)
+            raise BackendError(f"{stopped}; before that, {refused}") from None
         if failures:
-            shown = "; ".join(f"{qid} ({reason})" for qid, reason in failures[:5])
-            more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
-            raise BackendError(
-                self.config.scrub(
-                    f"{len(failures)} of {total} questions were not {done} in {self._target} at "
-                    f"{self.config.safe_url}: {shown}{more}: fix them and run the command again"
-                )
-            )
+            refused = self._refused(failures, total, done)
+            raise BackendError(f"{refused}: fix them and run the command again")
+
+    def _refused(self, failures: list[tuple[str, str]], total: int, done: str) -> str:
+        shown = "; ".join(f"{qid} ({reason})" for qid, reason in failures[:5])
+        more = f"; and {len(failures) - 5} more" if len(failures) > 5 else ""
+        return self.config.scrub(
+            f"{len(failures)} of {total} questions were not {done} in {self._target} at "
+            f"{self.config.safe_url}: {shown}{more}"
+        )
 
     @_guarded
     def commit(self) -> None:
