@@ -333,3 +333,32 @@ def test_ctrl_c_from_the_terminal_while_workers_start_ends_the_run(tmp_path):
         if index_dir.exists():
             with EmbeddedBackend(index_dir) as b:
                 assert_committed_prefix(b, questions)
+
+
+WORKER_KILLED = """
+import multiprocessing, os, signal, sys, threading, time
+from qres.cli import main
+
+def kill_a_worker():
+    while not multiprocessing.active_children():
+        time.sleep(0.01)
+    os.kill(multiprocessing.active_children()[0].pid, signal.SIGKILL)
+
+threading.Thread(target=kill_a_worker, daemon=True).start()
+sys.argv = ["qres", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_worker_killed_by_the_system_ends_the_run_in_one_line(world, tmp_path):
+    """A worker process killed outright (out of memory, say) gave a traceback."""
+    questions = make_corpus(3000)
+    corpus = write_tsv(tmp_path / "c.tsv", questions)
+    args = ("--index-dir", tmp_path / "ix", "index", corpus, "--model", world["model"])
+    done = python(WORKER_KILLED, *args, "--workers", "1", "--batch-size", "20", timeout=120)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: a worker process preparing the batches stopped (")
+    assert line.endswith("or with --workers 0 to prepare them in this process")
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert_committed_prefix(b, questions)

@@ -6,6 +6,7 @@ commands in :mod:`qres.training.commands`) and parses its options, calls library
 prints. ``cli`` and ``Terminated`` are imported from the group on first use, so that a
 Ctrl-C while the command line loads ends it quietly (:func:`main`)."""
 
+import signal
 import sys
 
 __all__ = ["Terminated", "cli", "main"]
@@ -17,7 +18,10 @@ def main() -> None:
         from qres.cli.group import main as run
     except KeyboardInterrupt:  # pressed while the modules load: nothing has started yet
         sys.exit(130)
-    run()
+    try:
+        run()
+    finally:  # once the command is done, Ctrl-C would only make its exit a traceback
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def __getattr__(name: str):

@@ -193,7 +193,13 @@ def index_questions(
 
     def encode(batch: _Batch | Future) -> _Batch:
         if isinstance(batch, Future):
-            batch = batch.result()
+            try:
+                batch = batch.result()
+            except BrokenProcessPool as err:  # killed: out of memory, or by hand
+                raise ChildProcessError(
+                    f"a worker process preparing the batches stopped ({err}): run the command "
+                    "again, or with --workers 0 to prepare them in this process"
+                ) from None
         share = (lambda n: on_encoded(n / len(encoders))) if on_encoded and encoders else None
         if encoders:
             vectors = {
@@ -242,7 +248,7 @@ def index_questions(
         try:
             flush()
             stages.finish()
-        except BrokenProcessPool:
+        except (BrokenProcessPool, ChildProcessError):
             if not isinstance(stop, KeyboardInterrupt):
                 raise
 
