@@ -297,6 +297,20 @@ def test_head_answers_as_get_without_a_body(client):
     assert client.head("/questions").status_code == 405  # POST only: no GET, no HEAD
 
 
+@pytest.mark.parametrize(
+    "method, path, allowed",
+    [
+        ("DELETE", "/search", "GET, HEAD, POST"),
+        ("PUT", "/healthz", "GET, HEAD"),
+        ("PATCH", "/questions/d128", "DELETE, GET, HEAD, PUT"),
+    ],
+)
+def test_a_method_not_allowed_names_every_method_the_path_takes(client, method, path, allowed):
+    answer = client.request(method, path)
+    assert answer.status_code == 405 and answer.headers["allow"] == allowed
+    assert answer.json() == {"error": f"{method} is not allowed on {path}."}
+
+
 def test_openapi_docs(client):
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]

@@ -41,6 +41,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from qres.backends.base import BackendError
 from qres.corpus.readers import Question
@@ -368,6 +369,10 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
             message = f"no such endpoint: {request.method} {request.url.path}."
         elif err.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}."
+            # every route of the path, not only the first one matched (one route a method)
+            allowed = {m for r in app.router.routes if _same_path(r, request) for m in r.methods}
+            headers = {"Allow": ", ".join(sorted(allowed))}
+            return JSONResponse({"error": message}, 405, headers=headers)
         return JSONResponse({"error": message}, err.status_code, headers=err.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -401,3 +406,11 @@ def app_from_env() -> FastAPI:
     """The factory uvicorn calls in each worker process (options from ``$QRES_SERVE_CONFIG``)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
     return create_app(ServiceConfig.from_env())
+
+
+def _same_path(route, request: Request) -> bool:
+    """Whether ``route`` serves the path of ``request`` (whatever its method)."""
+    if not getattr(route, "methods", None):
+        return False
+    match, _ = route.matches({**request.scope, "method": next(iter(route.methods))})
+    return match == Match.FULL
