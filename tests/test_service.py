@@ -148,6 +148,7 @@ def test_a_query_without_searchable_words_has_no_results(client):
         # issue 34: k is a whole number, not true or 3.0; an id is at most 512 bytes (here
         # 300 characters of 2 bytes each), as in the corpus readers and the backends
         ("POST", "/search", {"json": {"title": "usb", "k": True}}, 400, "k: input should be"),
+        ("GET", "/search", {"params": {"q": "usb", "k": "5.0"}}, 400, "k: value error, must be"),
         ("POST", "/search", {"json": {"title": "usb", "k": 3.0}}, 400, "k: input should be"),
         ("PUT", "/questions/" + "é" * 300, {"json": {"title": "t"}}, 400, "1 to 512 bytes"),
         # %ff and %fe would both decode to U+FFFD: two ids written as one question

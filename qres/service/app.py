@@ -40,6 +40,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
@@ -69,6 +70,7 @@ from qres.service.schemas import (
     one_sentence,
     parse_body,
     read_lines,
+    whole_number_text,
 )
 from qres.service.state import Service
 
@@ -161,7 +163,11 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     async def search_get(
         tasks: BackgroundTasks,
         q: Annotated[str, Query(description="The text typed so far (a question title).")],
-        k: Annotated[int, Query(ge=1, le=config.max_k, description="How many results.")] = 10,
+        k: Annotated[
+            int,
+            Query(ge=1, le=config.max_k, description="How many results."),
+            BeforeValidator(whole_number_text),
+        ] = 10,
         mode: Annotated[
             modes | None, Query(description="Default: hybrid when the index has vectors.")
         ] = None,

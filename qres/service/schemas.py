@@ -14,6 +14,14 @@ from qres.ranking.search import MODES
 ID_RULE = f"a question id is 1 to {MAX_ID_BYTES} bytes of UTF-8 without control characters"
 
 
+def whole_number_text(value):
+    """A query string's whole number as written ("5", not "5.0" or "1e1"), as POST's JSON
+    takes it."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a whole number")
+    return value
+
+
 class ApiError(HTTPException):
     """A client's mistake: its status code and one sentence."""
 
