@@ -133,7 +133,7 @@ def test_a_query_without_searchable_words_has_no_results(client):
             "/questions/q1",
             {"json": {"title": "t", "extras": {"answer_count": "lots"}}},
             400,
-            "extras: value error, 'answer_count': 'lots' is not a whole number",
+            "extras: 'answer_count': 'lots' is not a whole number",
         ),
         (
             "POST",
@@ -148,7 +148,7 @@ def test_a_query_without_searchable_words_has_no_results(client):
         # issue 34: k is a whole number, not true or 3.0; an id is at most 512 bytes (here
         # 300 characters of 2 bytes each), as in the corpus readers and the backends
         ("POST", "/search", {"json": {"title": "usb", "k": True}}, 400, "k: input should be"),
-        ("GET", "/search", {"params": {"q": "usb", "k": "5.0"}}, 400, "k: value error, must be"),
+        ("GET", "/search", {"params": {"q": "usb", "k": "5.0"}}, 400, "k: must be a whole number"),
         ("POST", "/search", {"json": {"title": "usb", "k": 3.0}}, 400, "k: input should be"),
         ("PUT", "/questions/" + "é" * 300, {"json": {"title": "t"}}, 400, "1 to 512 bytes"),
         # %ff and %fe would both decode to U+FFFD: two ids written as one question
@@ -160,7 +160,7 @@ def test_a_query_without_searchable_words_has_no_results(client):
             "/questions",
             {"content": json.dumps({"id": "é" * 300, "title": "t"}).encode()},
             400,
-            "line 1: id: value error, a question id is 1 to 512 bytes",
+            "line 1: id: a question id is 1 to 512 bytes",
         ),
     ],
 )

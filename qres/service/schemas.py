@@ -213,6 +213,7 @@ def one_sentence(errors: list[dict], what: str = "the request body") -> str:
         str(part) for part in first.get("loc", ()) if part not in ("query", "body", "path")
     )
     kind, message = first.get("type"), first.get("msg", "invalid value")
+    message = message.removeprefix("Value error, ")  # pydantic's wording of a validator's own
     if kind == "json_invalid":
         return f"{what} is not valid JSON."
     if kind in ("model_type", "model_attributes_type", "dict_type") and not where:
