@@ -416,9 +416,9 @@ class SearchPipeline:
         if options.get("only_ids") is not None:
             window = 0  # the search reads only those: nothing to reuse
         elif mode == "bm25":  # its own top depth: the completion's top is deep enough
-            window = max(duplicates.VOTERS, 2 * k) if self.follow_duplicates else k
+            window = self._depth(k) if self.follow_duplicates else k
         else:
-            window = max(k, self.candidates) if self.encoder is not None else 0
+            window = self._rescored(k) if self.encoder is not None else 0
         searched_text, found = completion.completed(self.backend, text, window, mode != "bm25")
         return searched_text, self._search(searched_text, k, mode, searched=found, **options)
 
@@ -468,11 +468,20 @@ class SearchPipeline:
         (:mod:`qres.ranking.completion`), as a title being typed is searched."""
         return completion.completed(self.backend, text, 0)[0]
 
+    def _depth(self, k: int) -> int:
+        """How deep a top ``k`` that follows duplicate links is ranked first: its families'
+        voters, or twice ``k``."""
+        return max(duplicates.VOTERS, 2 * k)
+
+    def _rescored(self, k: int) -> int:
+        """How many of BM25's best a dense or hybrid top ``k`` rescores."""
+        return max(k, self.candidates)
+
     def _following_duplicates(self, text, k, mode, query_vector, links_before, searched=None):
         """The top ``k`` once closed duplicates gave way to their originals, the questions
         read to know it, and the candidates ranked; ranks deeper while duplicates leave fewer
         than ``k``."""
-        depth = max(duplicates.VOTERS, 2 * k)
+        depth = self._depth(k)
         while True:
             ranked, found = self._ranked(text, k, mode, None, query_vector, depth, searched)
             # the ranked questions are read where the search found them, others by id
@@ -512,7 +521,7 @@ class SearchPipeline:
         if mode == "bm25":
             window = depth  # nothing is rescored: the engine's own top k
         else:
-            window = max(k, self.candidates) if only_ids is None else len(only_ids)
+            window = self._rescored(k) if only_ids is None else len(only_ids)
         if mode == "bm25" or self.encoder is None:
             if mode == "bm25" and searched is not None:
                 found = searched  # the completion's search of this text, at least this deep

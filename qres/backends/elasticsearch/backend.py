@@ -70,7 +70,6 @@ log = logging.getLogger(__name__)
 DEFAULT_INDEX = "qres-questions"
 DEFAULT_LOG_INDEX = "qres-search-log"
 _MGET_BATCH = 1000
-_RETRY_STATUS = BUSY
 
 
 class EsBackend(VersionedAlias, Searching, Backend):
@@ -403,7 +402,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
             max_retries=self.bulk_retries,
             initial_backoff=self.bulk_initial_backoff,
             max_backoff=self.bulk_max_backoff,
-            retry_on_status=_RETRY_STATUS,
+            retry_on_status=BUSY,
             yield_ok=False,
         )
         try:
