@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -333,6 +334,85 @@ def test_ctrl_c_from_the_terminal_while_workers_start_ends_the_run(tmp_path):
         if index_dir.exists():
             with EmbeddedBackend(index_dir) as b:
                 assert_committed_prefix(b, questions)
+
+
+SLOW_WORKER_START = """
+import os, sys, time
+from pathlib import Path
+
+if "--multiprocessing-fork" in sys.argv:  # a spawned worker, before Python imports its work
+    Path(os.environ["QRES_TEST_STARTING"]).touch()
+    time.sleep(2)
+"""
+
+
+def _slow_worker_start(tmp_path) -> tuple[dict, Path]:
+    """An environment whose spawned workers wait 2 s before Python imports their work (as on a
+    loaded machine), and the file each touches then."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SLOW_WORKER_START)
+    starting = tmp_path / "a-worker-is-starting"
+    env = {
+        **CHILD_ENV,
+        "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{CHILD_ENV['PYTHONPATH']}",
+        "QRES_TEST_STARTING": str(starting),
+    }
+    return env, starting
+
+
+def _ctrl_c_once_a_worker_starts(args, env, starting, stderr_file) -> tuple[int, str]:
+    """Run qres with ``args``, press Ctrl-C as a terminal does once a worker starts; its exit
+    code and what it said."""
+    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    with open(stderr_file, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", start, *map(str, args)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,  # its own group, signalled as a terminal does
+        )
+        deadline = time.monotonic() + 60
+        while not starting.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert starting.exists(), "no worker started"
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail("qres did not end")
+    return code, stderr_file.read_text()
+
+
+def test_ctrl_c_while_a_worker_starts_python_prints_no_traceback(tmp_path):
+    """Python in a worker takes a moment to start, and the terminal's Ctrl-C reached it there
+    (before it could ignore Ctrl-C): it printed its own traceback above qres's line."""
+    questions = make_corpus(3000)
+    corpus = write_tsv(tmp_path / "c.tsv", questions)
+    env, starting = _slow_worker_start(tmp_path)
+    args = ("--index-dir", tmp_path / "ix", "index", corpus, "--workers", "1", "--batch-size", "64")
+    code, said = _ctrl_c_once_a_worker_starts(args, env, starting, tmp_path / "stderr.txt")
+    assert code == 130, said
+    assert said.strip().splitlines() == [
+        "interrupted: everything committed before this point is kept"
+    ], said
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert_committed_prefix(b, questions)
+
+
+def test_ctrl_c_while_serve_starts_its_workers_prints_no_traceback(tmp_path):
+    """The same for ``qres serve --workers 2``, whose workers uvicorn starts."""
+    from tests.serving import build_demo_index, free_port
+
+    index = build_demo_index(tmp_path / "index")
+    env, starting = _slow_worker_start(tmp_path)
+    args = ("--index-dir", index, "serve", "--workers", "2", "--port", free_port())
+    code, said = _ctrl_c_once_a_worker_starts(args, env, starting, tmp_path / "stderr.txt")
+    assert code == 0, said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+    assert "Received SIGINT, exiting." in said, said
 
 
 WORKER_KILLED = """

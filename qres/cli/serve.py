@@ -15,6 +15,7 @@ from qres.cli.group import (
     index_fusion_option,
 )
 from qres.cli.search import candidates_option
+from qres.workers import ctrl_c_held
 
 # -- serve --------------------------------------------------------------------------------
 
@@ -177,15 +178,16 @@ def serve(
     with tempfile.TemporaryDirectory(prefix="qres-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # /metrics adds up the workers
         os.environ[CONFIG_ENV] = config.to_env()
-        uvicorn.run(
-            "qres.service.app:app_from_env",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            access_log=access_log,
-            http=GuardedHttpTools,
-        )
+        with ctrl_c_held(receiver=True):  # the workers uvicorn starts are born with it blocked
+            uvicorn.run(
+                "qres.service.app:app_from_env",
+                factory=True,
+                host=host,
+                port=port,
+                workers=workers,
+                access_log=access_log,
+                http=GuardedHttpTools,
+            )
 
 
 def _check_port_free(host: str, port: int) -> None:

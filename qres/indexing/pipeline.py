@@ -43,6 +43,7 @@ from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus import duplicate_links
 from qres.corpus.readers import Question, read_corpus
 from qres.encoders.model_set import model_set_of
+from qres.workers import ctrl_c_held
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
 COMMIT_EVERY = 20_000  # questions written between two commits: what a crash can cost
@@ -189,7 +190,8 @@ def index_questions(
                 initializer=_start_worker,
                 initargs=(_handed_over(preparer, handover),),
             )
-        return pool.submit(_prepare_in_worker, batch)
+        with ctrl_c_held():  # the workers it starts are born with Ctrl-C blocked
+            return pool.submit(_prepare_in_worker, batch)
 
     def encode(batch: _Batch | Future) -> _Batch:
         if isinstance(batch, Future):
@@ -325,8 +327,7 @@ def _handed_over(preparer: _Preparer, files: list[str]) -> str:
 
 def _start_worker(preparer_file: str) -> None:
     global _worker_preparer
-    # The terminal's Ctrl-C reaches every process of its group: the main process alone stops
-    # a run (a worker stopped mid-batch printed a traceback and took the batch with it).
+    # Born with Ctrl-C blocked (qres.workers); ignored too where blocking it is not possible.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(preparer_file, "rb") as source:
         _worker_preparer = pickle.load(source)
