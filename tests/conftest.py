@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,16 @@ def private_qres_home(tmp_path_factory):
         patch.delenv("COLUMNS", raising=False)
         patch.delenv("LINES", raising=False)
         yield
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_it_was():
+    """A test that runs ``qres.cli.main`` in this process leaves Ctrl-C ignored (as the program
+    does once its command is done), and every process a later test starts would inherit that:
+    its Ctrl-C tests would pass without Ctrl-C doing anything."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="session")
