@@ -32,6 +32,16 @@ def test_index_then_search(run, corpus):
     assert payload["results"][0]["title"] == "How to boot Ubuntu from a USB drive"
 
 
+def test_an_index_without_a_model_says_how_to_rank_by_meaning(run, corpus, tmp_path):
+    from qres.encoders.model_set import SHIPPED_GRU
+
+    hint = "BM25 alone: index again with --model-set minilm to rank by meaning too"
+    assert hint in run("index", corpus).output
+    with_model = run("--index-dir", tmp_path / "ix", "index", corpus, "--model", SHIPPED_GRU)
+    assert with_model.exit_code == 0, with_model.output
+    assert "BM25 alone" not in with_model.output
+
+
 def test_json_flag_after_the_subcommand(run, corpus):
     run("index", corpus)
     payload = json.loads(run("search", "wifi", "--json").output)

@@ -79,6 +79,11 @@ def summary_lines(summary: dict) -> list[str]:
             f"{', '.join(summary['vectors_dropped'])}; to keep them, rebuild with --model-set "
             "NAME or --model DIR"
         )
+    if not summary["vectors"] and not summary["vectors_dropped"]:
+        lines.append(
+            "BM25 alone: index again with --model-set minilm to rank by meaning too (the "
+            "README's main job; --model-set fast for a forum of millions)"
+        )
     if summary["compacted_dead_vector_rows"]:
         rows = summary["compacted_dead_vector_rows"]
         lines.append(f"compacted the index: {rows:,} dead vector rows reclaimed")
