@@ -15,7 +15,7 @@ import importlib
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "Index": "qres.indexing.pipeline",
+    "Index": "qres.indexing.index",
     "IndexReport": "qres.indexing.pipeline",
     "SearchPipeline": "qres.ranking.search",
     "Result": "qres.ranking.search",

@@ -60,15 +60,37 @@ def test_search_pipeline_open_returns_what_qres_search_prints(run, tmp_path):
         assert [r.score for r in results] == pytest.approx([r["score"] for r in printed["results"]])
 
 
-def test_index_add_takes_questions_and_refuses_to_drop_vectors(tmp_path):
+def test_index_add_takes_questions_and_keeps_the_models_the_index_holds(tmp_path):
     with qres.Index.open(tmp_path / "ix", model=MODEL) as index:
         report = index.add([qres.Question("q1", "boot from usb", "grub hangs")])
         assert report.indexed == 1 and index.count() == 1
-    with pytest.raises(BackendError, match="stores dense vectors"):
-        qres.Index.open(tmp_path / "ix")
+    with qres.Index.open(tmp_path / "ix") as index:  # its own model, as `qres index` takes it
+        index.add([qres.Question("q2", "wifi drops", "every ten minutes")])
     with qres.SearchPipeline.open(tmp_path / "ix") as pipeline:
-        (hit,) = pipeline.search("usb boot", 3)
-    assert hit.id == "q1" and hit.cosine is not None
+        hits = {hit.id: hit for hit in pipeline.search("usb boot wifi", 3)}
+    assert hits.keys() == {"q1", "q2"}
+    assert all(hit.cosine is not None for hit in hits.values())
+    backend = qres.open_backend(None, tmp_path / "ix")
+    try:
+        with pytest.raises(BackendError, match="stores dense vectors"):
+            qres.Index(backend)  # no encoder: its questions would have no vectors
+    finally:
+        backend.close()
+
+
+def test_index_add_reads_a_dumps_duplicate_links_as_qres_index_does(tmp_path, shared_data):
+    posts = shared_data / "stackexchange-travel" / "Posts.xml"
+    with qres.Index.open(tmp_path / "links") as index:
+        index.add(posts)  # its PostLinks.xml beside it
+    with qres.Index.open(tmp_path / "no-links") as index:
+        index.add(posts, links=False)
+    query = "schengen visa overstay one day"  # 38654 first, closed as a duplicate of 22849
+    with qres.SearchPipeline.open(tmp_path / "links") as pipeline:
+        top = pipeline.search(query, 1)[0]
+    assert (top.id, top.via) == ("22849", "38654")
+    with qres.SearchPipeline.open(tmp_path / "no-links") as pipeline:
+        top = pipeline.search(query, 1)[0]
+    assert (top.id, top.via) == ("38654", None)
 
 
 def test_results_carry_the_answer_count_as_qres_search_json_prints_it(run, tmp_path):
@@ -106,7 +128,7 @@ def test_import_qres_loads_nothing_heavy():
 def test_public_names_resolve_and_unknown_ones_fail():
     for name in qres.__all__:
         assert getattr(qres, name) is not None
-    assert qres.Index.__module__ == "qres.indexing.pipeline"
+    assert qres.Index.__module__ == "qres.indexing.index"
     with pytest.raises(AttributeError):
         qres.NoSuchThing  # noqa: B018
 

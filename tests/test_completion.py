@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from qres.cli import cli
 from qres.corpus.readers import Question
-from qres.indexing.pipeline import Index
+from qres.indexing.index import Index
 from qres.ranking import completion
 from qres.ranking.search import SearchPipeline
 

@@ -11,7 +11,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Bottom to top; a package may import packages of lower layers only (and itself).
 LAYERS = [
-    ["qres", "qres.paths", "qres.text"],  # the lazy public API (imports nothing), paths, text
+    [
+        "qres",
+        "qres.paths",
+        "qres.text",
+        "qres.workers",
+    ],  # the lazy public API, paths, text, workers
     ["qres.corpus"],
     ["qres.datasets", "qres.backends", "qres.encoders"],
     ["qres.indexing", "qres.ranking"],

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from qres.backends.base import index_models
 from qres.backends.embedded import EmbeddedBackend
 from qres.cli import cli
 from qres.encoders import model_set
@@ -366,6 +367,18 @@ def test_a_forums_own_set_is_indexed_and_searched_by_name_with_its_fusion(run, t
         assert pipeline.fusion.params == [0.1, 0.9] and pipeline.fusion.models == [fp]
     shown = json.loads(run("search", "boot ubuntu from usb", "--json", "-k", "3").output)
     assert len(shown["results"]) == 3
+
+
+def test_the_python_api_indexes_with_a_set_by_name(tmp_path, monkeypatch):
+    import qres
+
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    fp = _user_set(tmp_path / "home", "travel")
+    with qres.Index.open(tmp_path / "ix", model_set="travel") as index:
+        index.add(DEMO)
+    with EmbeddedBackend(tmp_path / "ix") as backend:
+        assert [m["model_fingerprint"] for m in index_models(backend.metadata())] == [fp]
+        assert SearchPipeline.for_index(backend).fusion.models == [fp]
 
 
 def test_an_unknown_set_name_lists_the_sets_in_one_line(run, tmp_path):

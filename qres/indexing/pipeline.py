@@ -12,8 +12,8 @@ ones before it back instead of piling batches up in memory):
   thread writes, in corpus order, so the crash guarantees are those of one writer: a crash
   or kill loses at most what came after the last commit, and re-running completes it.
 
-:class:`Index` is the library's way in (``Index.open(dir, model=...).add(questions)``);
-``qres index`` runs the same :func:`index_questions`.
+:class:`qres.indexing.index.Index` is the library's way in (``Index.open(dir,
+model_set=...).add(questions)``); ``qres index`` runs the same :func:`index_questions`.
 
 Each batch is upserted by id, so re-running over the same corpus replaces rather than
 duplicates. A question id seen twice in one run keeps its last version.
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus import duplicate_links
-from qres.corpus.readers import Question, read_corpus
+from qres.corpus.readers import Question
 from qres.encoders.model_set import model_set_of
 from qres.workers import ctrl_c_held
 
@@ -553,63 +553,3 @@ def _pass_all(held: list[dict]) -> str:
         return f"pass --model-set {name} (the index holds exactly the {name} model set)"
     flags = " ".join(f"--model {m.get('model_dir') or 'DIR'}" for m in held)
     return f"pass every model of the index: {flags}"
-
-
-class Index:
-    """An index opened for adding questions, with the encoder that gives their vectors.
-
-    >>> with Index.open("my-index", model="qres/models/default") as index:
-    ...     index.add(read_corpus("qres/data/demo/questions.tsv"))
-    """
-
-    def __init__(self, backend: Backend, encoder=None):
-        check_keeps_vectors(backend, encoder)
-        self.backend, self.encoder = backend, encoder
-
-    @classmethod
-    def open(
-        cls,
-        index_dir: str | Path | None = None,
-        model: str | Path | None = None,
-        *,
-        backend: str | None = None,
-        **settings,
-    ) -> Index:
-        """The index at ``index_dir`` (default ``$QRES_HOME/index``), created if missing
-        (``settings``: analyzer, title_boost, ... as for :func:`qres.backends.open_backend`);
-        ``model``: a ``qres export-onnx`` directory whose vectors are stored too."""
-        from qres import paths
-        from qres.backends import open_backend
-
-        encoder = search_encoder(model) if model is not None else None
-        store = open_backend(
-            backend, index_dir or paths.default_index_dir(), create=True, **settings
-        )
-        try:
-            return cls(store, encoder)
-        except BaseException:
-            store.close()
-            raise
-
-    def add(
-        self,
-        questions: Iterable[Question] | str | Path,
-        batch_size: int | None = None,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> IndexReport:
-        """Add or replace ``questions`` (or those of a corpus file) by id; committed."""
-        if isinstance(questions, str | Path):
-            questions = read_corpus(questions)
-        return index_questions(self.backend, questions, self.encoder, batch_size, on_batch=on_batch)
-
-    def count(self) -> int:
-        return self.backend.count()
-
-    def close(self) -> None:
-        self.backend.close()
-
-    def __enter__(self) -> Index:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.backend.__exit__(*exc)  # a rebuild (rebuild=True) is finished, or dropped on error

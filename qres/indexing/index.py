@@ -1,0 +1,93 @@
+"""``qres.Index``: an index opened from Python to add questions to, as ``qres index`` does.
+
+with Index.open("travel-index", model_set="minilm") as index:
+    index.add("dump/Posts.xml")  # a StackExchange dump: its PostLinks.xml is read too
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from qres.backends.base import Backend
+from qres.corpus import duplicate_links
+from qres.corpus.readers import Question, detect_format, read_corpus
+from qres.indexing.pipeline import (
+    IndexReport,
+    check_keeps_vectors,
+    index_model_dirs,
+    index_questions,
+    search_encoder,
+)
+
+
+class Index:
+    """An index opened for adding questions, with the encoders that give their vectors."""
+
+    def __init__(self, backend: Backend, encoder=None):
+        check_keeps_vectors(backend, encoder)
+        self.backend, self.encoder = backend, encoder
+
+    @classmethod
+    def open(
+        cls,
+        index_dir: str | Path | None = None,
+        model: str | Path | None = None,
+        *,
+        model_set: str | None = None,
+        backend: str | None = None,
+        **settings,
+    ) -> Index:
+        """The index at ``index_dir`` (default ``$QRES_HOME/index``), created if missing
+        (``settings``: analyzer, title_boost, ... as for :func:`qres.backends.open_backend`).
+        The vectors stored are those of ``model_set`` (a set's name, as ``--model-set``)
+        and ``model`` (a model directory); with neither, those of the models the index
+        holds, as ``qres index`` does."""
+        from qres import paths
+        from qres.backends import open_backend
+        from qres.encoders import model_set as sets
+
+        models = [*(sets.model_dirs(model_set) if model_set else []), *([model] if model else [])]
+        encoders = [search_encoder(m) for m in models]  # a bad model creates nothing
+        store = open_backend(
+            backend, index_dir or paths.default_index_dir(), create=True, **settings
+        )
+        try:
+            if not models:
+                encoders = [search_encoder(m) for m in index_model_dirs(store)]
+            return cls(store, encoders[0] if len(encoders) == 1 else encoders or None)
+        except BaseException:
+            store.close()
+            raise
+
+    def add(
+        self,
+        questions: Iterable[Question] | str | Path,
+        batch_size: int | None = None,
+        on_batch: Callable[[int], None] | None = None,
+        links: str | Path | bool | None = None,
+    ) -> IndexReport:
+        """Add or replace ``questions`` (or those of a corpus file) by id; committed. A
+        question closed as a duplicate is stored with its originals (search shows the
+        original in its place) as ``links``, a ``PostLinks.xml``, says: by default a
+        StackExchange dump's own, beside its ``Posts.xml``; False: none."""
+        if isinstance(questions, str | Path):
+            fmt = detect_format(questions)
+            if links is None and fmt == "stackexchange":
+                links = duplicate_links.beside(questions)
+            questions = read_corpus(questions, fmt)
+        if links:
+            questions = duplicate_links.attach(questions, duplicate_links.read(Path(links)))
+        return index_questions(self.backend, questions, self.encoder, batch_size, on_batch=on_batch)
+
+    def count(self) -> int:
+        return self.backend.count()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.backend.__exit__(*exc)  # a rebuild (rebuild=True) is finished, or dropped on error
