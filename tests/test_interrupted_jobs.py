@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -303,28 +305,12 @@ def test_ctrl_c_from_the_terminal_while_workers_start_ends_the_run(tmp_path):
 
     questions = make_corpus(4000)
     corpus = write_tsv(tmp_path / "c.tsv", questions)
-    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
     for delay in (0.3, 0.5, 0.7, 0.9, 1.2, 1.6):
         index_dir = tmp_path / f"ix-{delay}"
         args = ("--index-dir", index_dir, "index", corpus, "--model", SHIPPED_GRU)
         args += ("--workers", "1", "--batch-size", "64")
-        with open(tmp_path / "stderr.txt", "w") as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", start, *map(str, args)],
-                env=CHILD_ENV,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,  # its own group, signalled as a terminal does
-            )
-            time.sleep(delay)
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                code = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                pytest.fail(f"Ctrl-C at {delay} s: qres index did not end")
-        said = (tmp_path / "stderr.txt").read_text()
+        after = partial(_sleeping, delay)
+        code, said = _ctrl_c(args, CHILD_ENV, tmp_path / "stderr.txt", after)
         assert code in (0, 130), said
         if code == 130:
             assert said.strip().splitlines()[-1] == (
@@ -360,9 +346,9 @@ def _slow_worker_start(tmp_path) -> tuple[dict, Path]:
     return env, starting
 
 
-def _ctrl_c_once_a_worker_starts(args, env, starting, stderr_file) -> tuple[int, str]:
-    """Run qres with ``args``, press Ctrl-C as a terminal does once a worker starts; its exit
-    code and what it said."""
+def _ctrl_c(args, env, stderr_file, when: Callable[[subprocess.Popen], None]) -> tuple[int, str]:
+    """Run qres with ``args`` in its own process group and press Ctrl-C as a terminal does
+    once ``when(process)`` returns; its exit code and what it said."""
     start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
     with open(stderr_file, "w") as stderr:
         proc = subprocess.Popen(
@@ -372,18 +358,29 @@ def _ctrl_c_once_a_worker_starts(args, env, starting, stderr_file) -> tuple[int,
             stderr=stderr,
             start_new_session=True,  # its own group, signalled as a terminal does
         )
-        deadline = time.monotonic() + 60
-        while not starting.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert starting.exists(), "no worker started"
+        when(proc)
         os.killpg(proc.pid, signal.SIGINT)
         try:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            pytest.fail("qres did not end")
-    return code, stderr_file.read_text()
+            pytest.fail("qres did not end after Ctrl-C")
+    return code, Path(stderr_file).read_text()
+
+
+def _sleeping(seconds: float, _proc: subprocess.Popen) -> None:
+    time.sleep(seconds)
+
+
+def _once_a_worker_starts(starting: Path) -> Callable[[subprocess.Popen], None]:
+    def wait(proc: subprocess.Popen) -> None:
+        deadline = time.monotonic() + 60
+        while not starting.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert starting.exists(), "no worker started"
+
+    return wait
 
 
 def test_ctrl_c_while_a_worker_starts_python_prints_no_traceback(tmp_path):
@@ -393,7 +390,7 @@ def test_ctrl_c_while_a_worker_starts_python_prints_no_traceback(tmp_path):
     corpus = write_tsv(tmp_path / "c.tsv", questions)
     env, starting = _slow_worker_start(tmp_path)
     args = ("--index-dir", tmp_path / "ix", "index", corpus, "--workers", "1", "--batch-size", "64")
-    code, said = _ctrl_c_once_a_worker_starts(args, env, starting, tmp_path / "stderr.txt")
+    code, said = _ctrl_c(args, env, tmp_path / "stderr.txt", _once_a_worker_starts(starting))
     assert code == 130, said
     assert said.strip().splitlines() == [
         "interrupted: everything committed before this point is kept"
@@ -409,7 +406,7 @@ def test_ctrl_c_while_serve_starts_its_workers_prints_no_traceback(tmp_path):
     index = build_demo_index(tmp_path / "index")
     env, starting = _slow_worker_start(tmp_path)
     args = ("--index-dir", index, "serve", "--workers", "2", "--port", free_port())
-    code, said = _ctrl_c_once_a_worker_starts(args, env, starting, tmp_path / "stderr.txt")
+    code, said = _ctrl_c(args, env, tmp_path / "stderr.txt", _once_a_worker_starts(starting))
     assert code == 0, said
     assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
     assert "Received SIGINT, exiting." in said, said

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import click
@@ -165,29 +166,17 @@ def serve(
     service = Service(config)  # fails here, in one line, on a missing index or model
     for note in startup_notes(config, access_log, service.read_only):
         logging.getLogger("qres.serve").info(note)
+    # bounded request headers, JSON errors
+    run = partial(uvicorn.run, host=host, port=port, access_log=access_log, http=GuardedHttpTools)
     if workers == 1:
-        uvicorn.run(
-            create_app(config, service),
-            host=host,
-            port=port,
-            access_log=access_log,
-            http=GuardedHttpTools,  # bounded request headers, JSON errors
-        )
+        run(create_app(config, service))
         return
     service.close()
     with tempfile.TemporaryDirectory(prefix="qres-metrics-") as metrics_dir:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # /metrics adds up the workers
         os.environ[CONFIG_ENV] = config.to_env()
         with ctrl_c_held(receiver=True):  # the workers uvicorn starts are born with it blocked
-            uvicorn.run(
-                "qres.service.app:app_from_env",
-                factory=True,
-                host=host,
-                port=port,
-                workers=workers,
-                access_log=access_log,
-                http=GuardedHttpTools,
-            )
+            run("qres.service.app:app_from_env", factory=True, workers=workers)
 
 
 def _check_port_free(host: str, port: int) -> None:
