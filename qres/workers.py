@@ -3,8 +3,10 @@
 A terminal's Ctrl-C (SIGINT) reaches every process of its group. One that reached a worker
 while Python started in it printed Python's own traceback above qres's one-line message, and
 one that reached a worker mid-task lost its work. So ``qres index`` and ``qres serve
---workers N`` start their workers with Ctrl-C blocked, which a process inherits for life: the
-main process alone stops the run, and ends its workers itself.
+--workers N`` start their workers with Ctrl-C blocked, which a process inherits: an index
+worker keeps it blocked for life (the main process alone stops the run), a service worker lets
+it through once uvicorn handles it (:func:`ctrl_c_released`), so that a second Ctrl-C still
+ends a worker that waits for its connections to close.
 """
 
 from __future__ import annotations
@@ -36,3 +38,10 @@ def ctrl_c_held(receiver: bool = False):
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def ctrl_c_released() -> None:
+    """Let Ctrl-C through again in a process born with it held (one held back meanwhile
+    arrives now)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

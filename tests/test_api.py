@@ -91,6 +91,8 @@ def test_index_add_reads_a_dumps_duplicate_links_as_qres_index_does(tmp_path, sh
     with qres.SearchPipeline.open(tmp_path / "no-links") as pipeline:
         top = pipeline.search(query, 1)[0]
     assert (top.id, top.via) == ("38654", None)
+    with qres.Index.open(tmp_path / "no-links") as index, pytest.raises(ValueError, match="links"):
+        index.add(posts, links=True)
 
 
 def test_results_carry_the_answer_count_as_qres_search_json_prints_it(run, tmp_path):

@@ -11,6 +11,7 @@ holds every question, the compacted or rebuilt copy is in place, and the next wr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -410,6 +411,51 @@ def test_ctrl_c_while_serve_starts_its_workers_prints_no_traceback(tmp_path):
     assert code == 0, said
     assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
     assert "Received SIGINT, exiting." in said, said
+
+
+def test_a_second_ctrl_c_ends_serve_while_a_worker_waits_for_a_request(tmp_path):
+    """The first Ctrl-C lets each worker finish the requests it holds; the second ends one
+    that waits for a client that never finishes its request. Workers born with Ctrl-C held
+    kept it held, and only SIGKILL ended such a server."""
+    import socket
+
+    import httpx
+
+    from tests.serving import build_demo_index, free_port
+
+    index, port = build_demo_index(tmp_path / "index"), free_port()
+    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    args = ("--index-dir", index, "serve", "--workers", "2", "--port", port)
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", start, *map(str, args)],
+            env=CHILD_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,  # its own group, signalled as a terminal does
+        )
+    client = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.2)
+        client = socket.create_connection(("127.0.0.1", port))
+        client.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(0.5)  # a worker holds the request, waiting for the rest of its body
+        os.killpg(proc.pid, signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # the first Ctrl-C waits for the request
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, (tmp_path / "stderr.txt").read_text()
+    finally:
+        if client is not None:
+            client.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 WORKER_KILLED = """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Literal
 
 from qres.backends.base import Backend
 from qres.corpus import duplicate_links
@@ -65,12 +66,14 @@ class Index:
         questions: Iterable[Question] | str | Path,
         batch_size: int | None = None,
         on_batch: Callable[[int], None] | None = None,
-        links: str | Path | bool | None = None,
+        links: str | Path | Literal[False] | None = None,
     ) -> IndexReport:
         """Add or replace ``questions`` (or those of a corpus file) by id; committed. A
         question closed as a duplicate is stored with its originals (search shows the
         original in its place) as ``links``, a ``PostLinks.xml``, says: by default a
         StackExchange dump's own, beside its ``Posts.xml``; False: none."""
+        if links is True:
+            raise ValueError("links: a PostLinks.xml file, False (none) or None (a dump's own)")
         if isinstance(questions, str | Path):
             fmt = detect_format(questions)
             if links is None and fmt == "stackexchange":

@@ -73,6 +73,7 @@ from qres.service.schemas import (
     whole_number_text,
 )
 from qres.service.state import Service
+from qres.workers import ctrl_c_released
 
 log = logging.getLogger("qres.serve")
 
@@ -410,6 +411,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
 def app_from_env() -> FastAPI:
     """The factory uvicorn calls in each worker process (options from ``$QRES_SERVE_CONFIG``)."""
+    ctrl_c_released()  # born with it held (qres serve); uvicorn's handlers are in place now
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
     return create_app(ServiceConfig.from_env())
 
