@@ -458,6 +458,34 @@ def test_a_second_ctrl_c_ends_serve_while_a_worker_waits_for_a_request(tmp_path)
             proc.wait()
 
 
+def test_the_stages_wait_again_after_ctrl_c_cut_their_wait_short():
+    """On Python 3.11 a thread's join that Ctrl-C cuts short marks the thread ended while it
+    still runs: the stages' second wait (after Ctrl-C, for the batches they hold) returned at
+    once, and the process ended while onnxruntime ran in a stage, which aborted it."""
+    import threading
+
+    from qres.indexing.pipeline import _Stages
+
+    release, done = threading.Event(), []
+
+    def slow(item):
+        release.wait()
+        time.sleep(0.2)
+        done.append(item)
+        return item
+
+    stages = _Stages([slow])
+    for item in range(3):
+        stages.put(item)
+    main = threading.main_thread().ident
+    threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()  # Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        stages.finish()
+    release.set()
+    stages.finish()
+    assert done == [0, 1, 2]
+
+
 WORKER_KILLED = """
 import multiprocessing, os, signal, sys, threading, time
 from qres.cli import main

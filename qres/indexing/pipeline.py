@@ -362,32 +362,39 @@ class _Stages:
     def __init__(self, functions: list[Callable]):
         self._queues = [queue.Queue(QUEUE_DEPTH) for _ in functions]
         self._error: BaseException | None = None
-        self._threads = [
+        # Waited for by these, not Thread.join: on Python 3.11 a join that Ctrl-C cuts short
+        # marks the thread ended while it still runs, and every later join returns at once.
+        self._ended = [threading.Event() for _ in functions]
+        threads = [
             threading.Thread(
                 target=self._run,
                 args=(f, self._queues[i], self._queues[i + 1] if i + 1 < len(functions) else None),
+                kwargs={"ended": self._ended[i]},
                 name=f"qres-index-{f.__name__}",
                 daemon=True,
             )
             for i, f in enumerate(functions)
         ]
         self._closed = False
-        for thread in self._threads:
+        for thread in threads:
             thread.start()
 
-    def _run(self, function, inbox: queue.Queue, outbox: queue.Queue | None) -> None:
-        while (item := inbox.get()) is not _DONE:
-            if self._error is not None:
-                continue
-            try:
-                result = function(item)
-            except BaseException as err:  # handed to the calling thread
-                self._error = err
-                continue
+    def _run(self, function, inbox: queue.Queue, outbox: queue.Queue | None, ended) -> None:
+        try:
+            while (item := inbox.get()) is not _DONE:
+                if self._error is not None:
+                    continue
+                try:
+                    result = function(item)
+                except BaseException as err:  # handed to the calling thread
+                    self._error = err
+                    continue
+                if outbox is not None:
+                    outbox.put(result)
             if outbox is not None:
-                outbox.put(result)
-        if outbox is not None:
-            outbox.put(_DONE)
+                outbox.put(_DONE)
+        finally:
+            ended.set()
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -401,22 +408,26 @@ class _Stages:
         self._queues[0].put(item)  # blocks while the pipeline is full
 
     def finish(self) -> None:
-        """Wait for every batch put so far to go through, then raise the first error."""
-        if not self._closed:
-            self._closed = True
-            self._queues[0].put(_DONE)
-            for thread in self._threads:
-                thread.join()
+        """Wait for every batch put so far to go through, then raise the first error. Called
+        again after a Ctrl-C cut it short, it waits again (the process must not end while a
+        stage runs: onnxruntime aborts it)."""
+        self._close()
+        for ended in self._ended:
+            ended.wait()
         self._raise()
 
     def stop(self) -> None:
-        """Like :meth:`finish` after an error: the threads end, nothing is raised."""
+        """Like :meth:`finish` after an error: the batches not yet through are dropped, the
+        threads end, nothing is raised."""
+        self._error = self._error or _Stopped()
+        self._close()
+        for ended in self._ended:
+            ended.wait()
+
+    def _close(self) -> None:
         if not self._closed:
-            self._error = self._error or _Stopped()
+            self._queues[0].put(_DONE)  # waits for room: a Ctrl-C here leaves it unsent
             self._closed = True
-            self._queues[0].put(_DONE)
-            for thread in self._threads:
-                thread.join()
 
 
 class _Stopped(Exception):
