@@ -159,10 +159,10 @@ def cli(ctx, index_dir, backend, as_json, device):
 
     \b
     Typical session:
-      qres import-encoder minilm                   # the minilm model set, built once
-      qres index questions.tsv --model-set minilm  # BM25 index + dense vectors
-      qres search "boot ubuntu from usb"           # candidates rescored and fused
-      qres serve --port 8000                       # the widget and HTTP API
+      qres import-encoder minilm          # the minilm model set, built once
+      qres index questions.tsv --model-set minilm   # BM25 + dense vectors
+      qres search "boot ubuntu from usb"  # candidates rescored and fused
+      qres serve --port 8000              # the widget and HTTP API
     """
     refuse_unused(ctx, dict(index_dir=index_dir, backend=backend, as_json=as_json, device=device))
     ctx.obj = Context(index_dir or paths.default_index_dir(), backend, as_json, device)

@@ -124,9 +124,10 @@ def serve(
 
     \b
     Example:
-      qres index qres/data/demo/questions.tsv --model qres/models/default
+      qres index qres/data/demo/questions.tsv --model-set minilm
       qres serve --port 8000        # then open http://127.0.0.1:8000/
-      qres serve --fusion fusion-both.json   # an index of several models
+      qres --index-dir ~/qres-travel serve --workers 2 \\
+          --question-url "https://travel.stackexchange.com/q/{id}"
     """
     import logging
 

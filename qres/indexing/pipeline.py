@@ -487,7 +487,8 @@ def _record_models(backend: Backend, encoders: list) -> list:
         if missing:
             raise BackendError(
                 f"this index holds vectors of {_named(missing)}, not given: {_pass_all(held)}, "
-                "or re-index everything with `qres index CORPUS --model MODEL_DIR --rebuild`"
+                "or re-index everything with `qres index CORPUS --rebuild` and the --model-set or "
+                "--model to use"
             )
         for m, e in ((m, e) for m in held for e in encoders):
             if m["model_fingerprint"] == e.fingerprint and m["vector_dim"] != e.dim:

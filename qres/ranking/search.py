@@ -44,6 +44,7 @@ from qres.backends.base import Backend, BackendError, Candidates, index_models
 from qres.corpus import duplicate_links
 from qres.ranking import completion, duplicates
 from qres.ranking.fusion import DEFAULT, Fusion, normalize_bm25, shipped_fusion_for
+from qres.ranking.model_check import check_model_matches, short
 
 MODES = ("bm25", "dense", "hybrid")
 DEFAULT_CANDIDATES = 100
@@ -163,60 +164,6 @@ def snippet(body: str, limit: int = SNIPPET_CHARS) -> str:
     return cut.rstrip(" ,.;:") + "…"
 
 
-def _short(fingerprint: str | None) -> str:
-    return (fingerprint or "?")[:12]
-
-
-def check_model_matches(backend: Backend, encoder) -> None:
-    """Fail clearly when the index's vectors were not made by ``encoder``."""
-    meta = backend.metadata()
-    fingerprint = meta.get("model_fingerprint")
-    if fingerprint is None:
-        raise BackendError(
-            "this index has no vectors: index with `qres index CORPUS --model MODEL_DIR` "
-            "to use dense or hybrid search"
-        )
-    held = index_models(meta)
-    if len(held) > 1:
-        dims = {m["model_fingerprint"]: m["vector_dim"] for m in held}
-        if encoder.fingerprint not in dims:
-            replaced = _held_at(held, getattr(encoder, "model_dir", None))
-            if replaced is not None:  # the directory the index names holds another model now
-                raise BackendError(
-                    f"the index holds vectors of model {_short(replaced['model_fingerprint'])} "
-                    f"but {replaced['model_dir']} is now model {_short(encoder.fingerprint)}: "
-                    "re-index with `qres index CORPUS --rebuild` and the same --model or "
-                    "--model-set"
-                )
-            raise BackendError(
-                f"model {_short(encoder.fingerprint)} is not one of this index's models "
-                f"({', '.join(_short(m) for m in dims)}): add it with "
-                "`qres index CORPUS --model ... --model MODEL_DIR`"
-            )
-        if dims[encoder.fingerprint] != encoder.dim:
-            raise BackendError(
-                f"the index holds {dims[encoder.fingerprint]} dims for model "
-                f"{_short(encoder.fingerprint)} but the model gives {encoder.dim}: "
-                "re-index with `qres index CORPUS --model MODEL_DIR --rebuild`"
-            )
-        return
-    if fingerprint != encoder.fingerprint or meta.get("vector_dim") != encoder.dim:
-        raise BackendError(
-            f"the index was built with model {fingerprint[:12]} ({meta.get('vector_dim')} dims) "
-            f"but the model given is {encoder.fingerprint[:12]} ({encoder.dim} dims): "
-            "re-index with `qres index CORPUS --model MODEL_DIR --rebuild`"
-        )
-
-
-def _held_at(held: list[dict], model_dir) -> dict | None:
-    """The index's model whose recorded directory is ``model_dir``, if any."""
-    if model_dir is None:
-        return None
-    where = Path(model_dir).resolve()
-    recorded = [m for m in held if m.get("model_dir")]
-    return next((m for m in recorded if Path(m["model_dir"]).resolve() == where), None)
-
-
 def _search_encoder(model_dir, threads, runtime):
     """(the opened model directory, its query encoder); a scorer search cannot apply is
     refused."""
@@ -272,7 +219,7 @@ class SearchPipeline:
         if len(self.encoders) > 1 and fusion.models != [e.fingerprint for e in self.encoders]:
             raise BackendError(
                 f"the fusion ({fusion.source}) does not fuse models "
-                f"{', '.join(_short(e.fingerprint) for e in self.encoders)} in that order"
+                f"{', '.join(short(e.fingerprint) for e in self.encoders)} in that order"
             )
 
     @classmethod
@@ -331,7 +278,9 @@ class SearchPipeline:
             model = Path(meta["model_dir"])
         if model is None:
             if mode in ("dense", "hybrid"):
-                raise BackendError(f"--mode {mode} needs vectors: index with --model MODEL_DIR")
+                raise BackendError(
+                    f"--mode {mode} needs vectors: index with --model-set NAME or --model DIR"
+                )
             return cls(backend, candidates=candidates, mode="bm25")
         from qres.encoders.runtime import Runtime
 
@@ -351,7 +300,7 @@ class SearchPipeline:
                 _, encoder = _search_encoder(m["model_dir"] or "", threads, runtime)
             except EncoderError as err:
                 raise BackendError(
-                    f"model {_short(m['model_fingerprint'])} of this index cannot be loaded "
+                    f"model {short(m['model_fingerprint'])} of this index cannot be loaded "
                     f"({err}): restore it at {m['model_dir']}, or search with --mode bm25"
                 ) from None
             encoders[m["model_fingerprint"]] = encoder
@@ -362,8 +311,8 @@ class SearchPipeline:
             if sorted(fusion.models or []) != sorted(encoders):
                 raise BackendError(
                     f"{fusion_file} fuses models "
-                    f"{', '.join(map(_short, fusion.models or [])) or '(one, unnamed)'} "
-                    f"but this index holds {', '.join(map(_short, encoders))}: "
+                    f"{', '.join(map(short, fusion.models or [])) or '(one, unnamed)'} "
+                    f"but this index holds {', '.join(map(short, encoders))}: "
                     "tune a fusion of the index's models with `qres tune-fusion --cv K "
                     "--model A --model B --out FILE`"
                 )

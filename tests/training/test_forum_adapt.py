@@ -238,6 +238,23 @@ def test_adapt_on_cuda_without_a_gpu_says_so_before_it_records_anything(
     assert not (tmp_path / "home" / "adapt").exists()
 
 
+def test_ctrl_c_ends_adapt_as_every_command_ends(tmp_path, monkeypatch):
+    """It said "error: interrupted: ..." and exited 1; the others say "interrupted: ..." and
+    exit 130."""
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+
+    def finetune(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ft, "finetune", finetune)
+    forum = synthetic_forum(tmp_path / "forum")
+    result = CliRunner().invoke(cli, ["adapt", str(forum), "--name", "mine"])
+    assert result.exit_code == 130
+    assert result.output.strip().splitlines()[-1] == (
+        "interrupted: run the same command again to resume where it stopped"
+    )
+
+
 def test_adapt_asks_for_a_name_where_the_folders_is_none(tmp_path, interrupted_fine_tuning):
     forum = synthetic_forum(tmp_path / "my dump")
     result = CliRunner().invoke(cli, ["adapt", str(forum)])

@@ -3,6 +3,7 @@ model set for that forum and say what it changed (:mod:`qres.training.forum_adap
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -118,8 +119,9 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
     except OSError as err:  # a full disk, say: what was done is kept
         where = f"{err.filename}: " if err.filename else ""
         fail(f"{where}{err.strerror or err} (fix that, then run the same command to resume)")
-    except KeyboardInterrupt:
-        fail("interrupted: run the same command again to resume where it stopped")
+    except KeyboardInterrupt:  # as every command says it: no "error:", exit status 130
+        click.echo("interrupted: run the same command again to resume where it stopped", err=True)
+        sys.exit(130)
     _print_report(report, plan)
 
 

@@ -15,14 +15,16 @@ from qres.training.commands import fail, require_torch
     "import-encoder",
     epilog="""\b
 Example:
-  qres import-encoder minilm          # the minilm set: all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
+  qres import-encoder minilm     # all-MiniLM-L6-v2 -> $QRES_HOME/models/minilm
   qres index questions.tsv --model-set minilm
-  qres import-encoder fast            # the fast set's MiniLM (int8, 64 tokens)
-  qres import-encoder default         # the default set's transformers -> $QRES_HOME/models
-  qres import-encoder sentence-transformers path/to/all-mpnet-base-v2 --out models/mpnet
+  qres import-encoder fast       # the fast set's MiniLM (int8, 64 tokens)
+  qres import-encoder default    # the default set's transformers
+  qres import-encoder sentence-transformers path/to/all-mpnet-base-v2 \\
+      --out models/mpnet
   qres import-encoder minilm --out models/minilm-int8 --quantize int8
-  qres import-encoder sentence-transformers runs/minilm-forum --out models/minilm-forum-fast \
-      --quantize int8 --max-tokens 64   # a fine-tuned model in the fast set's form
+  # a fine-tuned model in the fast set's form:
+  qres import-encoder sentence-transformers runs/minilm-forum \\
+      --out models/minilm-forum-fast --quantize int8 --max-tokens 64
 
 \b
 default builds what `--model-set default` needs and is not built yet
