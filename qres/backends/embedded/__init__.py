@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
+from qres import paths
 from qres.backends.base import (
     Backend,
     BackendError,
@@ -155,8 +156,11 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         meta_path = self.path / "meta.json"
         if not meta_path.exists():
             if not create:
+                named = (
+                    "" if self.path == paths.default_index_dir() else f"--index-dir {self.path} "
+                )
                 raise IndexMissingError(
-                    f"no qres index at {self.path}: create one with `qres index CORPUS`"
+                    f"no qres index at {self.path}: create one with `qres {named}index CORPUS`"
                 )
             check_replaceable(self.path)
             self._take_lock()
