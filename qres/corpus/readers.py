@@ -207,12 +207,12 @@ def _lines(path: str | Path, f: io.TextIOBase, size: int = -1) -> Iterator[tuple
         text = _read_line(path, n, f, limit)
         if not text:
             return
+        if first and text.startswith(_ZIP):  # before UTF-16: its header may hold many NULs
+            raise CorpusError(path, None, f"a zip archive: unzip it (qres reads {_READS})")
         if first and _looks_utf16(text):
             raise CorpusError(
                 path, 1, "the file is UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"
             )
-        if first and text.startswith(_ZIP):
-            raise CorpusError(path, None, f"a zip archive: unzip it (qres reads {_READS})")
         first = False
         if size <= 0 and len(text) > MAX_LINE_CHARS and not text.endswith("\n"):
             yield n, None
