@@ -347,18 +347,24 @@ def _slow_worker_start(tmp_path) -> tuple[dict, Path]:
     return env, starting
 
 
+def _in_its_own_group(args, env, stderr) -> subprocess.Popen:
+    """qres with ``args``, started in a process group of its own, which a test signals as a
+    terminal signals its foreground group."""
+    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", start, *map(str, args)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
 def _ctrl_c(args, env, stderr_file, when: Callable[[subprocess.Popen], None]) -> tuple[int, str]:
     """Run qres with ``args`` in its own process group and press Ctrl-C as a terminal does
     once ``when(process)`` returns; its exit code and what it said."""
-    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
     with open(stderr_file, "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", start, *map(str, args)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,  # its own group, signalled as a terminal does
-        )
+        proc = _in_its_own_group(args, env, stderr)
         when(proc)
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -424,16 +430,9 @@ def test_a_second_ctrl_c_ends_serve_while_a_worker_waits_for_a_request(tmp_path)
     from tests.serving import build_demo_index, free_port
 
     index, port = build_demo_index(tmp_path / "index"), free_port()
-    start = "import sys; from qres.cli import main; sys.argv = ['qres'] + sys.argv[1:]; main()"
     args = ("--index-dir", index, "serve", "--workers", "2", "--port", port)
     with open(tmp_path / "stderr.txt", "w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", start, *map(str, args)],
-            env=CHILD_ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,  # its own group, signalled as a terminal does
-        )
+        proc = _in_its_own_group(args, CHILD_ENV, stderr)
     client = None
     try:
         deadline = time.monotonic() + 60
