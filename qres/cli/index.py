@@ -185,8 +185,7 @@ def index(
             encoders = [search_encoder(m, obj.device) for m in index_model_dirs(backend)]
         encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
         check_keeps_vectors(backend, encoder)
-        beside = duplicate_links.beside(corpus) if read_as == "stackexchange" else None
-        links_file = None if no_links else links_file or beside  # a dump's, by default
+        links_file = duplicate_links.chosen(corpus, read_as, False if no_links else links_file)
         closed = {}
         if links_file:  # read whole before the posts: a spinner while a big dump's are read
             reading = progress.add_task(f"reading {links_file.name}", total=None, rate="")

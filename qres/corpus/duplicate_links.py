@@ -23,6 +23,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -48,6 +49,16 @@ def beside(corpus: str | Path) -> Path | None:
     folder = Path(corpus).parent
     found = [folder / name for name in (LINK_FILE, LINK_FILE + ".gz")]
     return next((path for path in found if path.is_file()), None)
+
+
+def chosen(corpus: str | Path, fmt: str, links: str | Path | Literal[False] | None) -> Path | None:
+    """The duplicate links ``corpus`` (read as ``fmt``) is indexed with: ``links`` (a file;
+    False: none), by default a StackExchange dump's own, beside its ``Posts.xml``."""
+    if links is False:
+        return None
+    if links:
+        return Path(links)
+    return beside(corpus) if fmt == "stackexchange" else None
 
 
 def read_links(path: Path, dated: bool = False) -> Iterator[tuple[str, str, str]]:

@@ -76,8 +76,7 @@ class Index:
             raise ValueError("links: a PostLinks.xml file, False (none) or None (a dump's own)")
         if isinstance(questions, str | Path):
             fmt = detect_format(questions)
-            if links is None and fmt == "stackexchange":
-                links = duplicate_links.beside(questions)
+            links = duplicate_links.chosen(questions, fmt, links)
             questions = read_corpus(questions, fmt)
         if links:
             questions = duplicate_links.attach(questions, duplicate_links.read(Path(links)))

@@ -55,8 +55,8 @@ def check_model_matches(backend: Backend, encoder) -> None:
         return
     if fingerprint != encoder.fingerprint or meta.get("vector_dim") != encoder.dim:
         raise BackendError(
-            f"the index was built with model {fingerprint[:12]} ({meta.get('vector_dim')} dims"
-            f"{_in_set(fingerprint)}) but the model given is {encoder.fingerprint[:12]} "
+            f"the index was built with model {short(fingerprint)} ({meta.get('vector_dim')} dims"
+            f"{_in_set(fingerprint)}) but the model given is {short(encoder.fingerprint)} "
             f"({encoder.dim} dims{_in_set(encoder.fingerprint)}): search without --model to "
             "use the index's, or re-index with `qres index CORPUS --rebuild` and that "
             "--model-set or --model"
