@@ -190,18 +190,18 @@ def index_questions(
                 initializer=_start_worker,
                 initargs=(_handed_over(preparer, handover),),
             )
-        with ctrl_c_held():  # the workers it starts are born with Ctrl-C blocked
-            return pool.submit(_prepare_in_worker, batch)
+        try:
+            with ctrl_c_held():  # the workers it starts are born with Ctrl-C blocked
+                return pool.submit(_prepare_in_worker, batch)
+        except BrokenProcessPool as err:  # a worker was killed before this batch was handed over
+            raise _worker_stopped(err) from None
 
     def encode(batch: _Batch | Future) -> _Batch:
         if isinstance(batch, Future):
             try:
                 batch = batch.result()
             except BrokenProcessPool as err:  # killed: out of memory, or by hand
-                raise ChildProcessError(
-                    f"a worker process preparing the batches stopped ({err}): run the command "
-                    "again, or with --workers 0 to prepare them in this process"
-                ) from None
+                raise _worker_stopped(err) from None
         share = (lambda n: on_encoded(n / len(encoders))) if on_encoded and encoders else None
         if encoders:
             vectors = {
@@ -349,6 +349,13 @@ def _exit_with_parent() -> None:
 
 def _prepare_in_worker(questions: list[Question]) -> _Batch:
     return _worker_preparer(questions)
+
+
+def _worker_stopped(err: BrokenProcessPool) -> ChildProcessError:
+    return ChildProcessError(
+        f"a worker process preparing the batches stopped ({err}): run the command "
+        "again, or with --workers 0 to prepare them in this process"
+    )
 
 
 _DONE = object()
