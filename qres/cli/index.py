@@ -4,7 +4,6 @@ look after it)."""
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 
 import click
@@ -17,7 +16,7 @@ from qres.cli.group import (
     json_option,
     model_set_option,
 )
-from qres.cli.output import progress_display, summary_lines
+from qres.cli.output import QuestionsDone, progress_display, summary_lines
 from qres.corpus import duplicate_links
 from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import FORMATS, ReadStats
@@ -194,14 +193,7 @@ def index(
         closed_read = [0]
         questions = duplicate_links.attach(questions, closed)
         questions = duplicate_links.counting(questions, closed, closed_read)
-        task = progress.add_task(f"indexing {corpus.name}", total=None, rate="")
-        started = time.perf_counter()
-
-        def advance(n):
-            done = progress.tasks[task].completed + n
-            rate = done / max(time.perf_counter() - started, 1e-9)
-            progress.update(task, advance=n, rate=f"{rate:,.0f} questions/s")
-
+        advance = QuestionsDone(progress, corpus, read_as)
         with saying_what_is_kept(stats, obj.on_interrupt if rebuild else None):
             report = index_questions(
                 backend,
@@ -214,6 +206,7 @@ def index(
                 skip_unchanged=not rewrite,
             )
             record_corpus(backend, corpus)
+            advance.finish()
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()
     obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on

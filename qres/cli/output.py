@@ -4,6 +4,8 @@ tables on standard output (``stdout``), whole lines when standard output is not 
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 from rich.console import Console, ConsoleDimensions
 from rich.progress import (
@@ -13,6 +15,7 @@ from rich.progress import (
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 # markup=False: user text (titles, server messages like "action [x] is unauthorized") is
@@ -50,9 +53,36 @@ def progress_display() -> Progress:
         MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),  # "-:--:--" until a total is known
         console=console,
         disable=not console.is_terminal,
     )
+
+
+class QuestionsDone:
+    """A task of ``progress`` for the questions of ``corpus`` (read as ``fmt``): its rate as
+    they are done, and its total once counted (:mod:`qres.corpus.sizing`), hence the time
+    left."""
+
+    def __init__(self, progress: Progress, corpus: str | Path, fmt: str):
+        from qres.corpus.sizing import count_beside  # read by `qres index` only
+
+        self._progress, self._started = progress, time.perf_counter()
+        self._task = progress.add_task(f"indexing {Path(corpus).name}", total=None, rate="")
+        count_beside(corpus, fmt, self._counted)
+
+    def __call__(self, n: float) -> None:
+        done = self._progress.tasks[self._task].completed + n
+        rate = done / max(time.perf_counter() - self._started, 1e-9)
+        self._progress.update(self._task, advance=n, rate=f"{rate:,.0f} questions/s")
+
+    def finish(self) -> None:
+        """The bar full: the count is an estimate (lines skipped, questions already indexed)."""
+        self._progress.update(self._task, total=self._progress.tasks[self._task].completed)
+
+    def _counted(self, total: int) -> None:
+        done = self._progress.tasks[self._task].completed
+        self._progress.update(self._task, total=max(total, done))
 
 
 def summary_lines(summary: dict) -> list[str]:
