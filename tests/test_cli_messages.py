@@ -122,6 +122,34 @@ def test_info_shows_index_dir_only_for_the_embedded_backend(run, monkeypatch):
     assert "index_dir" not in down.output
 
 
+def test_info_is_read_as_lines_not_as_json(run, corpus, monkeypatch):
+    """Nested values (the index's settings, the providers) were printed as raw JSON."""
+    monkeypatch.setenv("COLUMNS", "200")
+    assert run("index", corpus).exit_code == 0
+    shown = run("info")
+    assert shown.exit_code == 0, shown.output
+    assert "{" not in shown.output and '"' not in shown.output
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in shown.output.splitlines()]
+    rows = [row for row in rows if len(row) == 2]
+    assert ["questions", "2"] in rows
+    assert ["index_metadata", "analyzer: english"] in rows
+    assert ["", f"corpora: {corpus}"] in rows
+    assert any(
+        row[0] == "onnx_providers" and row[1].startswith("CPUExecutionProvider: ") for row in rows
+    )
+
+
+def test_info_cells_name_each_value_as_a_person_reads_it():
+    from qres.cli.info import _cell
+
+    assert (
+        _cell({"closed": True, "ann": None, "rows": 12345}) == "closed: yes\nann: -\nrows: 12,345"
+    )
+    assert _cell(["a", ["b", 3000]]) == "a\nb, 3,000"
+    assert _cell({"cv": {"folds": 5}}) == 'cv: {"folds": 5}'  # deeper: as JSON still
+    assert _cell(2.0) == "2.0" and _cell(False) == "no"
+
+
 @pytest.mark.parametrize("command", ["adapt", "download", "import-encoder", "serve"])
 def test_a_command_that_prints_no_json_refuses_json_instead_of_ignoring_it(command):
     from click.testing import CliRunner

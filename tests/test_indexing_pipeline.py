@@ -84,9 +84,11 @@ def test_an_interrupt_while_reading_keeps_everything_read(tmp_path):
         raise KeyboardInterrupt
 
     backend = EmbeddedBackend(tmp_path / "ix", create=True)
+    said = []
     with pytest.raises(KeyboardInterrupt):
-        index_questions(backend, corpus(), batch_size=10, workers=0)
+        index_questions(backend, corpus(), batch_size=10, workers=0, on_stopping=said.append)
     assert backend.count() == 25
+    assert said and 5 <= said[0] <= 25  # the 5 read since the last batch, and any in hand
     backend.close()
 
 

@@ -22,6 +22,13 @@ from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import FORMATS, ReadStats
 
 
+def _writing_first(in_hand: int) -> None:
+    console.print(
+        f"stopping: writing the {in_hand:,} questions already read first (Ctrl-C again to "
+        "drop them)"
+    )
+
+
 def _a_number(value: float) -> float:
     if value != value:  # nan: every range check passes it
         raise click.BadParameter("nan is not a number")
@@ -204,6 +211,7 @@ def index(
                 on_encoded=advance,
                 workers=workers,
                 skip_unchanged=not rewrite,
+                on_stopping=_writing_first,
             )
             record_corpus(backend, corpus)
             advance.finish()

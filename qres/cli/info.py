@@ -63,8 +63,27 @@ def info(obj: Context):
         return
     table = Table(show_header=False)
     for key, value in details.items():
-        table.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+        table.add_row(key, _cell(value))
     stdout.print(table)
+
+
+def _cell(value) -> str:
+    """A value of ``--json``'s object as a person reads it: a line per key or item."""
+    if isinstance(value, dict):
+        return "\n".join(f"{key}: {_line(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return "\n".join(_line(item) for item in value)
+    return _line(value)
+
+
+def _line(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "-"}[value]
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list):
+        return ", ".join(_line(item) for item in value)
+    return json.dumps(value) if isinstance(value, dict) else str(value)
 
 
 def _describe_model(model_dir: Path, device: str | None) -> dict:

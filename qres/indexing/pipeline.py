@@ -138,6 +138,7 @@ def index_questions(
     workers: int | None = None,
     on_encoded: Callable[[float], None] | None = None,
     skip_unchanged: bool = False,
+    on_stopping: Callable[[int], None] | None = None,
 ) -> IndexReport:
     """Upsert ``questions`` into ``backend``; with ``encoder`` (a
     :class:`qres.encoders.runtime.Encoder`,
@@ -149,7 +150,9 @@ def index_questions(
     ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA; ``workers``
     (default :func:`default_workers`; none from a script's top level:
     :func:`runs_in_main_script`) processes prepare batches; with ``skip_unchanged``, a
-    question stored exactly as read is neither encoded nor written."""
+    question stored exactly as read is neither encoded nor written. After Ctrl-C the
+    questions already read are written first, and ``on_stopping(n)`` says how many are left
+    to write then (a second Ctrl-C drops those not yet encoded)."""
     encoders = _encoders(encoder)
     if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
         new = _record_models(backend, encoders)
@@ -167,6 +170,7 @@ def index_questions(
     if workers and runs_in_main_script():
         workers = 0
     report = IndexReport()
+    handed_over = 0  # questions put into the stages
     seen: set[str] = set()
     start = time.perf_counter()
     since_commit = 0
@@ -238,15 +242,20 @@ def index_questions(
     pending: list[Question] = []
 
     def flush() -> None:
+        nonlocal handed_over
         batch = _changed(backend, pending, report) if compare_stored else list(pending)
         pending.clear()
         if batch:
             stages.put(batch)
+            handed_over += len(batch)
 
     def finish_held(stop: BaseException) -> None:
         """Write what the stages hold before ``stop`` ends the run. After Ctrl-C a worker may
         be gone with its batch (one the terminal's Ctrl-C reached while it started): what was
         written before that batch is kept."""
+        in_hand = handed_over + len(pending) - report.indexed
+        if on_stopping and isinstance(stop, KeyboardInterrupt) and in_hand > 0:
+            on_stopping(in_hand)
         try:
             flush()
             stages.finish()
