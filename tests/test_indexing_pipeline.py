@@ -77,18 +77,25 @@ def test_a_write_error_reaches_the_caller_and_keeps_what_was_written(tmp_path):
     backend.close()
 
 
-def test_an_interrupt_while_reading_keeps_everything_read(tmp_path):
-    def corpus():
-        for i in range(25):
-            yield Question(f"q{i}", f"title {i}", "body")
+def test_an_interrupt_while_reading_keeps_a_prefix_and_the_same_run_again_completes(tmp_path):
+    questions = [Question(f"q{i}", f"title {i}", "body") for i in range(25)]
+
+    def interrupted():
+        yield from questions
         raise KeyboardInterrupt
 
     backend = EmbeddedBackend(tmp_path / "ix", create=True)
     said = []
     with pytest.raises(KeyboardInterrupt):
-        index_questions(backend, corpus(), batch_size=10, workers=0, on_stopping=said.append)
-    assert backend.count() == 25
-    assert said and 5 <= said[0] <= 25  # the 5 read since the last batch, and any in hand
+        index_questions(
+            backend, interrupted(), batch_size=10, workers=0, on_stopping=lambda: said.append(1)
+        )
+    assert said == [1]
+    kept = backend.count()
+    assert kept in (0, 10, 20)  # whole batches: those past the encoder when it stopped
+    assert set(backend.fetch([q.id for q in questions])) == {f"q{i}" for i in range(kept)}
+    report = index_questions(backend, questions, batch_size=10, workers=0, skip_unchanged=True)
+    assert backend.count() == 25 and report.unchanged == kept
     backend.close()
 
 

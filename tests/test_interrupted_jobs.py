@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend
+from qres.backends.embedded.directory import check_replaceable
 from qres.corpus.readers import Question
 from tests.safety_helpers import (
     CHILD_ENV,
@@ -42,6 +43,10 @@ from tests.safety_helpers import (
 pytestmark = pytest.mark.slow
 
 N = 600
+# What qres index says after Ctrl-C: while it writes what is encoded, and last.
+STOPPING = r"stopping: writing what is encoded first \(Ctrl-C again to drop it\)"
+COMMITTED = "everything committed before this point is kept"
+KEPT = f"{COMMITTED}: the same command again indexes the rest"
 
 # Runs `qres ARGS...`; with KILL_AT > 0, SIGKILLs the process on that call into the work
 # directory (a rebuild's batches or a compaction's copied batches, then the swap).
@@ -317,13 +322,17 @@ def test_ctrl_c_from_the_terminal_while_workers_start_ends_the_run(tmp_path):
         if code == 130 and not said:  # pressed while the command line loaded (a loaded machine)
             assert not index_dir.exists()
         elif code == 130:
-            assert said.strip().splitlines()[-1] == (
-                "interrupted: everything committed before this point is kept"
+            # (the first: pressed while the command's own modules loaded)
+            assert said.strip().splitlines()[-1] in (
+                f"interrupted: {COMMITTED}",
+                f"interrupted: {KEPT}",
             )
             assert "_process_worker" not in said  # no worker stopped mid-batch
-        if index_dir.exists():
+        if (index_dir / "meta.json").exists():
             with EmbeddedBackend(index_dir) as b:
                 assert_committed_prefix(b, questions)
+        elif index_dir.exists():  # stopped while the index was made: the next run makes it
+            check_replaceable(index_dir)
 
 
 SLOW_WORKER_START = """
@@ -393,12 +402,6 @@ def _once_a_worker_starts(starting: Path) -> Callable[[subprocess.Popen], None]:
     return wait
 
 
-STOPPING = (
-    r"stopping: writing the [\d,]+ questions already read first "
-    r"\(Ctrl-C again to drop them\)"
-)
-
-
 def test_ctrl_c_while_a_worker_starts_python_prints_no_traceback(tmp_path):
     """Python in a worker takes a moment to start, and the terminal's Ctrl-C reached it there
     (before it could ignore Ctrl-C): it printed its own traceback above qres's line."""
@@ -409,7 +412,7 @@ def test_ctrl_c_while_a_worker_starts_python_prints_no_traceback(tmp_path):
     code, said = _ctrl_c(args, env, tmp_path / "stderr.txt", _once_a_worker_starts(starting))
     assert code == 130, said
     *before, last = said.strip().splitlines()
-    assert last == "interrupted: everything committed before this point is kept", said
+    assert last == f"interrupted: {KEPT}", said
     assert len(before) <= 1 and all(re.fullmatch(STOPPING, line) for line in before), said
     with EmbeddedBackend(tmp_path / "ix") as b:
         assert_committed_prefix(b, questions)
@@ -492,6 +495,54 @@ def test_the_stages_wait_again_after_ctrl_c_cut_their_wait_short():
     release.set()
     stages.finish()
     assert done == [0, 1, 2]
+
+
+def test_ctrl_c_writes_the_batch_being_encoded_and_drops_those_not_yet_encoded():
+    """The first Ctrl-C waited for every batch read to be encoded (45 s for the travel forum
+    with the fast set); it now ends after the one in hand, which is written."""
+    import threading
+
+    from qres.indexing.pipeline import _Stages
+
+    encoding, release, written = threading.Event(), threading.Event(), []
+
+    def encode(item):
+        encoding.set()
+        release.wait()
+        return item
+
+    stages = _Stages([lambda item: item, encode, written.append])
+    for item in range(6):
+        stages.put(item)
+    assert encoding.wait(10)  # the first batch is being encoded, the others wait for it
+    threading.Timer(0.2, release.set).start()
+    stages.cut(keep_from=2)
+    assert written == [0]
+
+
+def test_ctrl_c_drops_the_batch_being_encoded_at_the_end_of_its_current_run():
+    """A transformer's batch of the CPU's size is 2,048 questions: finishing it took 17.5 s
+    after Ctrl-C on the travel forum with the fast set."""
+    import threading
+
+    from qres.indexing.pipeline import _Dropped, _Stages
+
+    runs, encoding, written = [], threading.Event(), []
+
+    def encode(item):  # runs of 0.05 s, asking after each whether to go on
+        for run in range(100):
+            encoding.set()
+            time.sleep(0.05)
+            runs.append(run)
+            if stages.dropping(1):
+                raise _Dropped
+        return item
+
+    stages = _Stages([lambda item: item, encode, written.append])
+    stages.put(0)
+    assert encoding.wait(10)
+    stages.cut(keep_from=2)
+    assert written == [] and len(runs) < 100
 
 
 WORKER_KILLED = """

@@ -22,11 +22,8 @@ from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import FORMATS, ReadStats
 
 
-def _writing_first(in_hand: int) -> None:
-    console.print(
-        f"stopping: writing the {in_hand:,} questions already read first (Ctrl-C again to "
-        "drop them)"
-    )
+def _writing_first() -> None:
+    console.print("stopping: writing what is encoded first (Ctrl-C again to drop it)")
 
 
 def _a_number(value: float) -> float:
@@ -170,14 +167,16 @@ def index(
 
     if links_file and no_links:
         raise click.UsageError("--links FILE and --no-links: give one or the other")
+    if rebuild:
+        obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
+    else:
+        obj.on_interrupt = f"{COMMITTED_IS_KEPT}: the same command again indexes the rest"
     models = _with_model_set(model_set, models)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
     dropped = held_model_dirs(obj.open) if rebuild and not models else []
     source = click.get_current_context().get_parameter_source
     settings = {"analyzer": analyzer, "title_boost": title_boost}  # only a new index takes
     made_with = {n: v for n, v in settings.items() if source(n).name == "COMMANDLINE"}
-    if rebuild:
-        obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     # The first question is read before the index is opened: a file without one creates nothing
     stats = ReadStats()
     questions, read_as = read_checked(corpus, fmt, skip_bad, stats)

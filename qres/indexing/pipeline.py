@@ -46,6 +46,7 @@ from qres.encoders.model_set import model_set_of
 from qres.workers import ctrl_c_held
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
+ENCODE_STAGE = 1  # of prepare, encode, write
 COMMIT_EVERY = 20_000  # questions written between two commits: what a crash can cost
 # Questions per batch. The encoder sorts a batch by length before cutting it into runs
 # (CPU: the encoder's default run size, GRU runs side by side) or running it whole (CUDA),
@@ -138,7 +139,7 @@ def index_questions(
     workers: int | None = None,
     on_encoded: Callable[[float], None] | None = None,
     skip_unchanged: bool = False,
-    on_stopping: Callable[[int], None] | None = None,
+    on_stopping: Callable[[], None] | None = None,
 ) -> IndexReport:
     """Upsert ``questions`` into ``backend``; with ``encoder`` (a
     :class:`qres.encoders.runtime.Encoder`,
@@ -150,9 +151,10 @@ def index_questions(
     ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA; ``workers``
     (default :func:`default_workers`; none from a script's top level:
     :func:`runs_in_main_script`) processes prepare batches; with ``skip_unchanged``, a
-    question stored exactly as read is neither encoded nor written. After Ctrl-C the
-    questions already read are written first, and ``on_stopping(n)`` says how many are left
-    to write then (a second Ctrl-C drops those not yet encoded)."""
+    question stored exactly as read is neither encoded nor written. Ctrl-C drops the
+    batches not yet encoded, and the one being encoded at the end of its current run; those
+    encoded are written first (``on_stopping()`` is called then; a second Ctrl-C drops them
+    too)."""
     encoders = _encoders(encoder)
     if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
         new = _record_models(backend, encoders)
@@ -170,7 +172,6 @@ def index_questions(
     if workers and runs_in_main_script():
         workers = 0
     report = IndexReport()
-    handed_over = 0  # questions put into the stages
     seen: set[str] = set()
     start = time.perf_counter()
     since_commit = 0
@@ -206,11 +207,17 @@ def index_questions(
                 batch = batch.result()
             except BrokenProcessPool as err:  # killed: out of memory, or by hand
                 raise _worker_stopped(err) from None
-        share = (lambda n: on_encoded(n / len(encoders))) if on_encoded and encoders else None
+
+        def encoded(n: int) -> None:  # after each run of the batch
+            if stages.dropping(ENCODE_STAGE):
+                raise _Dropped  # Ctrl-C: the runs left of this batch could take minutes
+            if on_encoded:
+                on_encoded(n / len(encoders))
+
         if encoders:
             vectors = {
                 e.fingerprint: e.encode_tokens(
-                    tokens, len(tokens) if _whole_runs(e) else None, progress=share
+                    tokens, len(tokens) if _whole_runs(e) else None, progress=encoded
                 )
                 for e, tokens in zip(encoders, batch.tokens, strict=True)
             }
@@ -242,23 +249,25 @@ def index_questions(
     pending: list[Question] = []
 
     def flush() -> None:
-        nonlocal handed_over
         batch = _changed(backend, pending, report) if compare_stored else list(pending)
         pending.clear()
         if batch:
             stages.put(batch)
-            handed_over += len(batch)
 
     def finish_held(stop: BaseException) -> None:
-        """Write what the stages hold before ``stop`` ends the run. After Ctrl-C a worker may
-        be gone with its batch (one the terminal's Ctrl-C reached while it started): what was
-        written before that batch is kept."""
-        in_hand = handed_over + len(pending) - report.indexed
-        if on_stopping and isinstance(stop, KeyboardInterrupt) and in_hand > 0:
-            on_stopping(in_hand)
+        """Write what the stages hold before ``stop`` ends the run: after Ctrl-C only what
+        is encoded (the batches a transformer holds can be minutes of work; what is dropped,
+        running the command again indexes). After Ctrl-C a worker may be gone with
+        its batch (one the terminal's Ctrl-C reached while it started): what was written
+        before that batch is kept."""
         try:
-            flush()
-            stages.finish()
+            if isinstance(stop, KeyboardInterrupt):
+                if on_stopping:
+                    on_stopping()
+                stages.cut(keep_from=ENCODE_STAGE + 1)
+            else:
+                flush()
+                stages.finish()
         except (BrokenProcessPool, ChildProcessError):
             if not isinstance(stop, KeyboardInterrupt):
                 raise
@@ -273,9 +282,9 @@ def index_questions(
             except StopIteration:
                 break
             except BaseException as stop:
-                # Whatever stopped the reader (a bad record, an unreadable file, Ctrl-C), keep
-                # every good question it read before that.
-                if kept_when_stopped:
+                # A bad record or an unreadable file: keep every good question read before it
+                # (Ctrl-C: below).
+                if kept_when_stopped and not isinstance(stop, KeyboardInterrupt):
                     finish_held(stop)
                 raise
             pending.append(question)
@@ -284,7 +293,8 @@ def index_questions(
         flush()
         stages.finish()
     except KeyboardInterrupt as stop:
-        # Ctrl-C while handing a batch over or waiting for the stages: finish what they hold.
+        # Ctrl-C while reading, handing a batch over or waiting for the stages: write what is
+        # encoded.
         if kept_when_stopped:
             finish_held(stop)
         raise
@@ -378,6 +388,7 @@ class _Stages:
     def __init__(self, functions: list[Callable]):
         self._queues = [queue.Queue(QUEUE_DEPTH) for _ in functions]
         self._error: BaseException | None = None
+        self._cut = 0  # the batches not yet at this stage are dropped
         # Waited for by these, not Thread.join: on Python 3.11 a join that Ctrl-C cuts short
         # marks the thread ended while it still runs, and every later join returns at once.
         self._ended = [threading.Event() for _ in functions]
@@ -385,7 +396,7 @@ class _Stages:
             threading.Thread(
                 target=self._run,
                 args=(f, self._queues[i], self._queues[i + 1] if i + 1 < len(functions) else None),
-                kwargs={"ended": self._ended[i]},
+                kwargs={"ended": self._ended[i], "stage": i},
                 name=f"qres-index-{f.__name__}",
                 daemon=True,
             )
@@ -395,13 +406,15 @@ class _Stages:
         for thread in threads:
             thread.start()
 
-    def _run(self, function, inbox: queue.Queue, outbox: queue.Queue | None, ended) -> None:
+    def _run(self, function, inbox: queue.Queue, outbox: queue.Queue | None, ended, stage) -> None:
         try:
             while (item := inbox.get()) is not _DONE:
-                if self._error is not None:
+                if self._error is not None or stage < self._cut:
                     continue
                 try:
                     result = function(item)
+                except _Dropped:
+                    continue
                 except BaseException as err:  # handed to the calling thread
                     self._error = err
                     continue
@@ -432,6 +445,18 @@ class _Stages:
             ended.wait()
         self._raise()
 
+    def dropping(self, stage: int) -> bool:
+        """Whether the batch ``stage`` is at work on is to be dropped: the function may then
+        raise :class:`_Dropped` to end its work on it early."""
+        return stage < self._cut or self._error is not None
+
+    def cut(self, keep_from: int) -> None:
+        """Drop the batches not yet at stage ``keep_from`` (one a stage is at work on goes to
+        the next, and is dropped there if that is before ``keep_from``), put nothing more,
+        and wait for the others as :meth:`finish` does."""
+        self._cut = keep_from
+        self.finish()
+
     def stop(self) -> None:
         """Like :meth:`finish` after an error: the batches not yet through are dropped, the
         threads end, nothing is raised."""
@@ -444,6 +469,11 @@ class _Stages:
         if not self._closed:
             self._queues[0].put(_DONE)  # waits for room: a Ctrl-C here leaves it unsent
             self._closed = True
+
+
+class _Dropped(Exception):
+    """Raised by a stage's function to drop the batch it is at work on
+    (:meth:`_Stages.dropping`)."""
 
 
 class _Stopped(Exception):
