@@ -4,6 +4,7 @@ the readers read on real and written files, through chunk boundaries and gzip.""
 from __future__ import annotations
 
 import gzip
+import os
 import threading
 from pathlib import Path
 
@@ -42,6 +43,11 @@ def test_lines_are_counted_less_a_header_gzipped_or_not(tmp_path, fmt, header, l
 
 def test_what_is_not_counted(tmp_path):
     assert count_questions("-", "tsv") is None  # standard input: read once only
+    read, write = os.pipe()  # /dev/stdin or <(...): a pipe the reader alone may read
+    os.write(write, b"id\ttitle\tbody\nq1\tt\tb\n")
+    assert count_questions(f"/dev/fd/{read}", "tsv") is None
+    assert os.read(read, 100).startswith(b"id\t")  # nothing was taken from it
+    os.close(read), os.close(write)
     assert count_questions(tmp_path / "absent.tsv", "tsv") is None
     (tmp_path / "c.xml").write_text("<xml/>")
     assert count_questions(tmp_path / "c.xml", "semeval-xml") is None

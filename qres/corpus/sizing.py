@@ -4,8 +4,9 @@ that lets ``qres index`` show how far it is and how long is left.
 The count is an estimate, never used for anything but the display: a TSV or JSON Lines file
 is counted by its lines (less a TSV's header), a StackExchange dump by its rows marked
 ``PostTypeId="1"``, with no parsing; lines the reader skips are counted. Other formats
-(small benchmark files) and standard input are not counted. Counting reads the file once more,
-in a thread beside the indexing: about a second per gigabyte from the page cache.
+(small benchmark files) and pipes (standard input, ``/dev/stdin``), which only the reader
+may read, are not counted. Counting reads the file once more, in a thread beside the
+indexing: about a second per gigabyte from the page cache.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ _QUESTION_ROW = b'PostTypeId="1"'
 def count_questions(path: str | Path, fmt: str, chunk: int = CHUNK) -> int | None:
     """About how many questions the ``fmt`` file at ``path`` holds (None: not counted, or
     unreadable; the reader reports that)."""
-    if str(path) == STDIN or fmt not in ("tsv", "jsonl", "stackexchange"):
-        return None
     path = Path(path)
+    # A pipe (standard input, /dev/stdin, <(...)) can be read once only: by the reader.
+    if str(path) == STDIN or not path.is_file() or fmt not in ("tsv", "jsonl", "stackexchange"):
+        return None
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
             if fmt == "stackexchange":
