@@ -147,7 +147,8 @@ def index_questions(
     model the index holds must be given; a model new to a non-empty index is first added to
     the questions it holds (:func:`add_models`). ``on_batch(n)`` is called after each batch is
     written, ``on_encoded(n)`` as questions are encoded, within a batch (a share of a
-    question per model with several models; without a model, when a batch is prepared);
+    question per model with several models; without a model, when a batch is prepared), or
+    found stored as read;
     ``batch_size`` defaults to :data:`CPU_BATCH`, or :data:`GPU_BATCH` on CUDA; ``workers``
     (default :func:`default_workers`; none from a script's top level:
     :func:`runs_in_main_script`) processes prepare batches; with ``skip_unchanged``, a
@@ -250,6 +251,8 @@ def index_questions(
 
     def flush() -> None:
         batch = _changed(backend, pending, report) if compare_stored else list(pending)
+        if on_encoded and len(batch) < len(pending):  # stored as they are: done too
+            on_encoded(len(pending) - len(batch))
         pending.clear()
         if batch:
             stages.put(batch)
