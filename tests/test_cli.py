@@ -35,11 +35,30 @@ def test_index_then_search(run, corpus):
 def test_an_index_without_a_model_says_how_to_rank_by_meaning(run, corpus, tmp_path):
     from qres.encoders.model_set import SHIPPED_GRU
 
-    hint = "BM25 alone: index again with --model-set minilm to rank by meaning too"
+    hint = "BM25 alone: index again with --rebuild --model-set minilm to rank by meaning too"
     assert hint in run("index", corpus).output
     with_model = run("--index-dir", tmp_path / "ix", "index", corpus, "--model", SHIPPED_GRU)
     assert with_model.exit_code == 0, with_model.output
     assert "BM25 alone" not in with_model.output
+
+
+def test_a_first_model_for_an_index_of_questions_without_vectors_asks_for_a_rebuild(run, corpus):
+    """Indexing again with a model (as the hint said) encoded nothing: every question was
+    stored as read. The index then claimed the model, and searched as hybrid without a
+    vector; later questions got vectors, the first ones never."""
+    from qres.encoders.model_set import SHIPPED_GRU
+
+    assert run("index", corpus).exit_code == 0
+    again = run("index", corpus, "--model", SHIPPED_GRU)
+    assert again.exit_code == 1
+    assert again.output.startswith("error: this index holds 3 questions without vectors: ")
+    assert again.output.count("\n") == 1 and "--rebuild" in again.output
+    info = json.loads(run("--json", "info").output)
+    assert "model_fingerprint" not in info["index_metadata"]  # nothing was recorded
+    rebuilt = run("index", corpus, "--model", SHIPPED_GRU, "--rebuild")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    info = json.loads(run("--json", "info").output)
+    assert info["vector_rows"] == info["questions"] == 3
 
 
 def test_json_flag_after_the_subcommand(run, corpus):

@@ -111,8 +111,8 @@ def summary_lines(summary: dict) -> list[str]:
         )
     if not summary["vectors"] and not summary["vectors_dropped"]:
         lines.append(
-            "BM25 alone: index again with --model-set minilm to rank by meaning too (the "
-            "README's main job; --model-set fast for a forum of millions)"
+            "BM25 alone: index again with --rebuild --model-set minilm to rank by meaning too "
+            "(the README's main job; --model-set fast for a forum of millions)"
         )
     if summary["compacted_dead_vector_rows"]:
         rows = summary["compacted_dead_vector_rows"]

@@ -546,6 +546,13 @@ def _record_models(backend: Backend, encoders: list) -> list:
                     f"{m['vector_dim']} for it: re-index with `qres index --rebuild`"
                 )
         return [e for e in encoders if e.fingerprint not in {m["model_fingerprint"] for m in held}]
+    if encoders and backend.count() > 0:  # recorded, its questions would have no vectors
+        given = _named([_model_record(e) for e in encoders])
+        raise BackendError(
+            f"this index holds {backend.count():,} questions without vectors: to store those of "
+            f"{given}, index its corpus again with --rebuild (built aside: searches see the "
+            "index as it is until it is done)"
+        )
     first, *more = encoders
     values = _model_record(first)
     if more or meta.get("more_models"):
