@@ -414,6 +414,7 @@ def test_index_questions_with_two_models_writes_both_on_elasticsearch(tmp_path):
     c.on("PUT", "/_bulk", bulk_ok)
     c.on("POST", "/qres-questions/_refresh", {})
     c.on("GET", "/qres-questions/_count", {"count": 0})
+    c.on("POST", "/qres-questions/_count", {"count": 0})  # an index to record models in: empty
     a = TableEncoder({"usb": 0}, dim=4, fingerprint=FP_A)
     b = TableEncoder({"usb": 1}, dim=3, fingerprint=FP_B)
     backend = c.backend()
