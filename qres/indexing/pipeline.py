@@ -412,7 +412,7 @@ class _Stages:
     def _run(self, function, inbox: queue.Queue, outbox: queue.Queue | None, ended, stage) -> None:
         try:
             while (item := inbox.get()) is not _DONE:
-                if self._error is not None or stage < self._cut:
+                if self.dropping(stage):
                     continue
                 try:
                     result = function(item)
@@ -530,7 +530,8 @@ def _record_models(backend: Backend, encoders: list) -> list:
     backend.acquire_write_lock()
     meta = backend.metadata()
     held = index_models(meta)
-    if held and backend.count() > 0:
+    count = backend.count()
+    if held and count > 0:
         given = set(fingerprints)
         missing = [m for m in held if m["model_fingerprint"] not in given]
         if missing:
@@ -546,10 +547,10 @@ def _record_models(backend: Backend, encoders: list) -> list:
                     f"{m['vector_dim']} for it: re-index with `qres index --rebuild`"
                 )
         return [e for e in encoders if e.fingerprint not in {m["model_fingerprint"] for m in held}]
-    if encoders and backend.count() > 0:  # recorded, its questions would have no vectors
+    if encoders and count > 0:  # recorded, its questions would have no vectors
         given = _named([_model_record(e) for e in encoders])
         raise BackendError(
-            f"this index holds {backend.count():,} questions without vectors: to store those of "
+            f"this index holds {count:,} questions without vectors: to store those of "
             f"{given}, index its corpus again with --rebuild (built aside: searches see the "
             "index as it is until it is done)"
         )
