@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import inspect
+import io
 import json
 import os
 import re
@@ -288,7 +289,7 @@ def test_detect_format(tmp_path, name, content, fmt):
         ("c.txt", "1\tt\tb\n2\t  \t \n", 2, "empty title and body"),
         ("c.jsonl", '{"id": "x", "title": "", "body": " "}\n', 1, "empty title and body"),
         ("c.xml", '<?xml version="1.0"?>\n<xml>\n<OrgQuestion>\n</xml>\n', 4, "malformed XML"),
-        ("c.csv", "id,question1\n0,q\n", 1, "expected the SemEval subtask B CSV header"),
+        ("c.csv", "id,question1\n0,q\n", 1, "a SemEval subtask B CSV question2_id"),
     ],
 )
 def test_bad_record_error_names_file_line_and_problem(tmp_path, name, content, line, problem):
@@ -541,3 +542,25 @@ def test_a_pipe_is_read_once_its_format_detected_on_what_was_read(tmp_path, head
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert (summary["indexed"], summary["skipped"], summary["index_size"]) == (6000, 0, 6000)
+
+
+# --- first-hour audit: what a message names --------------------------------------------------
+
+
+def test_standard_input_is_named_so_in_errors(monkeypatch):
+    """``cat corpus | qres index -``: errors name ``standard input:3``, not ``-:3``."""
+    piped = io.TextIOWrapper(io.BytesIO(b"id\ttitle\tbody\n1\tt\tb\n2\tt\n"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", piped)
+    with pytest.raises(CorpusError) as info:
+        list(read_corpus("-"))
+    assert str(info.value).startswith("standard input:3: expected 3 tab-separated fields")
+
+
+def test_a_tsv_row_with_the_wrong_number_of_fields_says_what_tsv_cannot_hold(tmp_path):
+    path = write(tmp_path / "c.tsv", "id\ttitle\tbody\n1\tt\tb\n2\tt\tb\tmore\n")
+    with pytest.raises(CorpusError) as info:
+        list(read_corpus(path))
+    assert info.value.problem == (
+        "expected 3 tab-separated fields, found 4 (TSV fields cannot hold tabs or newlines: "
+        "a CSV or JSONL file can)"
+    )

@@ -27,7 +27,8 @@ from typing import Literal
 
 import numpy as np
 
-from qres.corpus.readers import STDIN, CorpusError, Question, id_problem, xml_pieces
+from qres.corpus.files import STDIN, xml_pieces
+from qres.corpus.readers import CorpusError, Question, id_problem
 from qres.corpus.stackexchange import DUPLICATE_DATES, DUPLICATE_OF, MalformedXML, xml_events
 
 LINK_FILE = "PostLinks.xml"

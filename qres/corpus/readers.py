@@ -5,6 +5,8 @@ Formats, chosen by ``fmt`` or detected from the file name and first line:
 * ``askubuntu`` — ``id<TAB>title<TAB>body``, no header (``text_tokenized.txt.gz``);
 * ``tsv`` — a header row naming ``id``, ``title``, ``body`` and optionally ``tags``
   (comma-separated) and the display fields of :data:`KNOWN_EXTRAS` (``answer_count``, ...);
+* ``csv`` — a CSV file (read by the csv module: quoted fields may hold commas and
+  newlines) whose header names the ``tsv`` format's columns;
 * ``jsonl`` — one object a line with ``id``, ``title``, ``body`` and optional ``tags``
   (a list or a comma-separated string), the keys of :data:`KNOWN_EXTRAS` and ``extras``
   (an object of further display fields);
@@ -34,31 +36,34 @@ ESC, carriage return — become spaces, so nothing read is later printed raw to 
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
 import re
-import sys
 import xml.etree.ElementTree as ET
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from qres.corpus import stackexchange
+from qres.corpus.files import (
+    FORMATS,
+    HEAD_BYTES,
+    MAX_LINE_CHARS,
+    CorpusError,
+    head_text,
+    numbered_lines,
+    open_text,
+    too_long,
+    xml_pieces,
+)
 
 # A forum question is a few KB at most; anything longer is cut so one pathological line
 # cannot blow up memory or the index.
 MAX_FIELD_CHARS = 20_000
-# A line longer than this is refused as a bad record without ever being held whole (one
-# 4 GB line of a small .gz must not take 4 GB): far above any question's id, title and body.
-MAX_LINE_CHARS = 1_000_000
 # Long CSV fields are cut by _clean; one longer than a line may be is a bad record.
 csv.field_size_limit(MAX_LINE_CHARS)
 # The longest question id (UTF-8) every backend can address: Elasticsearch's _id limit
 # (tantivy's terms allow 65,530 bytes). Readers, the Python API and the service all check it.
 MAX_ID_BYTES = 512
-_HEAD_BYTES = 1 << 16  # what format detection reads at most
 
 # What a forum shows beside a question, stored but never ranked on (``Question.extras``): the
 # keys a StackExchange dump gives, and their kinds. A TSV column or JSONL key of one of these
@@ -70,10 +75,6 @@ KNOWN_EXTRAS = dict(stackexchange.EXTRAS.values()) | {
 MAX_EXTRAS = 20  # display fields per question
 MAX_EXTRA_KEY_CHARS = 64
 
-FORMATS = ("askubuntu", "tsv", "jsonl", "semeval-xml", "semeval-csv", "stackexchange")
-STDIN = "-"  # the corpus path that reads standard input
-_ZIP = ("PK\x03\x04", "PK\x05\x06")  # how a zip archive (or an empty one) begins
-_READS = f"{', '.join(FORMATS)}; plain or .gz"
 _JSON_LINES = "qres reads JSON Lines, one object per line"
 
 # C0/C1 control characters (terminal escapes start with ESC) and lone surrogates, which
@@ -97,15 +98,6 @@ class Question:
         return f"{self.title} {self.body}".strip()
 
 
-class CorpusError(ValueError):
-    """A malformed input record; the message is ``file:line: problem``."""
-
-    def __init__(self, path: str | Path, line: int | None, problem: str):
-        where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {problem}")
-        self.path, self.line, self.problem = str(path), line, problem
-
-
 @dataclass
 class ReadStats:
     read: int = 0
@@ -115,151 +107,6 @@ class ReadStats:
     problems: list[str] = field(default_factory=list)  # the first few skipped records
 
 
-# A pipe's first bytes, read by format detection, for the next open of the same path to read
-# again (a pipe cannot be read twice): {path: (bytes read, the stream)}.
-_peeked: dict[str, tuple[bytes, io.BufferedIOBase]] = {}
-
-
-class _Replayed(io.RawIOBase):
-    """The bytes already read from a stream, then the rest of it."""
-
-    def __init__(self, head: bytes, rest: io.BufferedIOBase):
-        self._head, self._rest = head, rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n], self._head = self._head[:n], self._head[n:]
-            return n
-        data = self._rest.read1(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._rest.close()
-        super().close()
-
-
-def _open_bytes(path: Path) -> io.BufferedIOBase:
-    """The file's bytes (gunzipped for .gz); a pipe that detection read from replays that."""
-    peeked = _peeked.pop(str(path), None)
-    if peeked is not None:
-        return io.BufferedReader(_Replayed(*peeked))
-    if str(path) == STDIN:
-        return sys.stdin.buffer
-    if path.is_dir():
-        dump = [path / n for n in ("Posts.xml", "Posts.xml.gz") if (path / n).is_file()]
-        give = f"give {dump[0]}" if dump else "give a corpus file in it"
-        raise CorpusError(path, None, f"a folder, not a file: {give}")
-    if not path.exists():
-        raise CorpusError(path, None, "file not found")
-    try:
-        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-    except OSError as err:
-        raise CorpusError(path, None, f"cannot read the file ({err.strerror or err})") from None
-
-
-def open_text(path: str | Path) -> io.TextIOBase:
-    """Open a plain or gzipped text file; undecodable bytes become U+FFFD, never an error."""
-    # utf-8-sig drops the byte-order mark spreadsheet tools write; lines end at \n only, so
-    # a stray \r inside a field neither splits a record nor shifts reported line numbers.
-    return io.TextIOWrapper(
-        _open_bytes(Path(path)), encoding="utf-8-sig", errors="replace", newline="\n"
-    )
-
-
-def _head(path: Path, enough: int, first_line: bool) -> str:
-    """The file's first ``enough`` bytes as text (or its first line, if ``first_line``; at
-    most :data:`_HEAD_BYTES`), for format detection. A pipe is read once: what is read here
-    is kept for the next :func:`open_text` of the same path to read again."""
-    raw = _open_bytes(path)
-    head = b""
-    try:
-        while len(head) < min(enough, _HEAD_BYTES) and not (first_line and b"\n" in head):
-            piece = raw.read1(8192)
-            if not piece:
-                break
-            head += piece
-    except (OSError, EOFError, zlib.error) as err:
-        if not head:  # else the reader meets it again, after the lines before it
-            raw.close()
-            raise CorpusError(path, 1, _unreadable(err)) from None
-    if path.is_file():
-        raw.close()
-    else:
-        _peeked[str(path)] = (head, raw)
-    return head.decode("utf-8-sig", errors="replace")
-
-
-def _lines(path: str | Path, f: io.TextIOBase, size: int = -1) -> Iterator[tuple[int, str | None]]:
-    """``(line number, text)`` for each line of ``f`` (pieces of at most ``size`` characters
-    when given). A line longer than :data:`MAX_LINE_CHARS` comes as ``(line number, None)``
-    and is never held whole: if reading goes on, the rest of it is skipped a piece at a time.
-    A stream that cannot be read on — a corrupt or truncated gzip file, an I/O error —
-    raises :class:`CorpusError` at the line it stops in, after every line before it; so does
-    UTF-16 text, at its first line."""
-    limit = size if size > 0 else MAX_LINE_CHARS + 1
-    n, first = 1, True
-    while True:
-        text = _read_line(path, n, f, limit)
-        if not text:
-            return
-        if first and text.startswith(_ZIP):  # before UTF-16: its header may hold many NULs
-            raise CorpusError(path, None, f"a zip archive: unzip it (qres reads {_READS})")
-        if first and _looks_utf16(text):
-            raise CorpusError(
-                path, 1, "the file is UTF-16 text: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"
-            )
-        first = False
-        if size <= 0 and len(text) > MAX_LINE_CHARS and not text.endswith("\n"):
-            yield n, None
-            while text and not text.endswith("\n"):  # only if the caller reads on
-                text = _read_line(path, n, f, 1 << 20)
-            n += 1
-            continue
-        yield n, text
-        n += text.endswith("\n")
-
-
-def _read_line(path: str | Path, n: int, f: io.TextIOBase, limit: int) -> str:
-    try:
-        return f.readline(limit)
-    except (OSError, EOFError, zlib.error) as err:
-        raise CorpusError(path, n, _unreadable(err)) from None
-
-
-def _looks_utf16(text: str) -> bool:
-    """Whether the start of a file read as UTF-8 is UTF-16 text: a NUL byte beside each
-    ASCII character (a quarter to three fifths of the characters: all NULs is not text)."""
-    sample = text[:4096]
-    return len(sample) > 1 and len(sample) <= sample.count("\x00") * 4 <= len(sample) * 12 // 5
-
-
-def xml_pieces(path: str | Path) -> Iterator[tuple[int, str]]:
-    """The text of an XML file in pieces of at most 64K characters, each with its line, for
-    :func:`qres.corpus.stackexchange.xml_events`; an unreadable stream raises
-    :class:`CorpusError` at its line."""
-    with open_text(path) as f:
-        yield from _lines(path, f, size=1 << 16)
-
-
-def _too_long() -> str:
-    return f"the line is longer than {MAX_LINE_CHARS:,} characters: not a forum question"
-
-
-def _unreadable(err: Exception) -> str:
-    if isinstance(err, EOFError):
-        return "the gzip file is truncated: it ends before its end-of-stream marker"
-    if isinstance(err, gzip.BadGzipFile):
-        return f"not a valid gzip file ({err})"
-    if isinstance(err, zlib.error):
-        return f"corrupt gzip data ({err})"
-    return f"cannot read the file ({getattr(err, 'strerror', None) or err})"
-
-
 def detect_format(path: str | Path) -> str:
     """The format of ``path``, from its name and first bytes (read once: a pipe's reader
     gets them again)."""
@@ -267,12 +114,14 @@ def detect_format(path: str | Path) -> str:
     name = path.name.lower().removesuffix(".gz")
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
-    if name.endswith(".csv"):
-        return "semeval-csv"
+    if name.endswith(".csv"):  # SemEval's CSV by its header, else a question CSV
+        first_line = head_text(path, HEAD_BYTES, first_line=True).split("\n", 1)[0]
+        header = next(csv.reader([first_line]), [])
+        return "semeval-csv" if _SEMEVAL_CSV_COLUMNS.issubset(header) else "csv"
     if name.endswith(".xml"):
-        head = _head(path, 4096, first_line=False)[:4096]
+        head = head_text(path, 4096, first_line=False)[:4096]
         return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
-    first_line = _head(path, _HEAD_BYTES, first_line=True).split("\n", 1)[0]
+    first_line = head_text(path, HEAD_BYTES, first_line=True).split("\n", 1)[0]
     columns = [c.strip() for c in first_line.rstrip("\r").split("\t")]
     names = {c.lower() for c in columns}
     if "id" in names:  # a header names id, in any column
@@ -298,6 +147,7 @@ def read_corpus(
     readers = {
         "askubuntu": _read_askubuntu,
         "tsv": _read_tsv,
+        "csv": _read_csv,
         "jsonl": _read_jsonl,
         "semeval-xml": _read_semeval_xml,
         "semeval-csv": _read_semeval_csv,
@@ -388,7 +238,7 @@ def _clean_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", _TEXT_CONTROL.sub(" ", text))
 
 
-def _split_tags(value) -> tuple[str, ...]:
+def split_tags(value) -> tuple[str, ...]:
     if value is None or value == "":
         return ()
     if isinstance(value, str):
@@ -402,9 +252,9 @@ def _split_tags(value) -> tuple[str, ...]:
 
 def _read_askubuntu(path: Path):
     with open_text(path) as f:
-        for n, line in _lines(path, f):
+        for n, line in numbered_lines(path, f):
             if line is None:
-                yield n, _too_long()
+                yield n, too_long()
                 continue
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -418,39 +268,108 @@ def _read_askubuntu(path: Path):
             yield n, Question(qid, title, body)
 
 
+# What a TSV row cannot hold, said where a row has the wrong number of fields.
+_TSV_LIMITS = "(TSV fields cannot hold tabs or newlines: a CSV or JSONL file can)"
+# What a .csv file's header is for either CSV format, said where it is neither.
+_CSV_HEADERS = (
+    "a question CSV names id, title, body [, tags], a SemEval subtask B CSV question2_id, question2"
+)
+_SEMEVAL_CSV_COLUMNS = {"question2_id", "question2"}
+
+
+def _header(path: Path, names: list[str], also: str = "") -> dict[str, int]:
+    """Where a TSV or question CSV header of ``names`` has id, title, body, tags and the
+    display fields of :data:`KNOWN_EXTRAS`; without id, title and body it is refused at line 1
+    naming the columns found (and ``also``)."""
+    columns = [name.strip().lower() for name in names]
+    missing = {"id", "title", "body"} - set(columns)
+    if missing:
+        found = _clean_text(", ".join(columns))[:200]
+        lacks = ", ".join(sorted(missing))
+        raise CorpusError(path, 1, f"header lacks column(s) {lacks} (found {found}{also})")
+    wanted = ("id", "title", "body", "tags", *KNOWN_EXTRAS)
+    return {name: columns.index(name) for name in wanted if name in columns}
+
+
+def _row_question(parts: list[str], where: dict[str, int]) -> Question | str:
+    """A TSV or question CSV row as a question, or what is wrong with it."""
+    try:
+        tags = split_tags(parts[where["tags"]]) if "tags" in where else ()
+        extras = extras_of({k: parts[i].strip() for k, i in where.items() if k in KNOWN_EXTRAS})
+    except ValueError as err:
+        return str(err)
+    qid, title, body = (parts[where[k]] for k in ("id", "title", "body"))
+    return Question(qid.strip(), title, stackexchange.body_text(body), tags, extras)
+
+
 def _read_tsv(path: Path):
     with open_text(path) as f:
-        lines = _lines(path, f)
+        lines = numbered_lines(path, f)
         _, header = next(lines, (1, ""))
         if header is None:
-            raise CorpusError(path, 1, f"the header: {_too_long()}")
-        columns = [h.strip().lower() for h in header.rstrip("\r\n").split("\t")]
-        missing = {"id", "title", "body"} - set(columns)
-        if missing:
-            raise CorpusError(path, 1, f"header lacks column(s) {', '.join(sorted(missing))}")
-        where = {
-            name: columns.index(name) for name in ("id", "title", "body", "tags") if name in columns
-        }
-        extra_columns = {name: columns.index(name) for name in KNOWN_EXTRAS if name in columns}
+            raise CorpusError(path, 1, f"the header: {too_long()}")
+        names = header.rstrip("\r\n").split("\t")
+        where = _header(path, names)
         for n, line in lines:
             if line is None:
-                yield n, _too_long()
+                yield n, too_long()
                 continue
             line = line.rstrip("\r\n")
             if not line.strip():
                 continue
             parts = line.split("\t")
-            if len(parts) != len(columns):
-                yield n, f"expected {len(columns)} tab-separated fields, found {len(parts)}"
+            found = len(parts)
+            if found != len(names):
+                yield n, f"expected {len(names)} tab-separated fields, found {found} {_TSV_LIMITS}"
                 continue
+            yield n, _row_question(parts, where)
+
+
+def _read_csv(path: Path):
+    """A question CSV: the TSV format's columns, read by the csv module, so quoted fields may
+    hold commas, quotes and newlines. A bad row is reported at the line it starts on; a quote
+    left open to the end of the file stops the reading there (the rest was read into it)."""
+    long: list[int] = []  # the lines too long to hold, each read as an empty line
+    with open_text(path) as f:
+        rows = csv.reader(_csv_text(numbered_lines(path, f), long), strict=True)
+        try:
+            header = next(rows, [])
+        except csv.Error as err:
+            raise CorpusError(path, 1, f"the header: {_csv_problem(err)}") from None
+        if long:
+            raise CorpusError(path, 1, f"the header: {too_long()}")
+        where = _header(path, header, f"; {_CSV_HEADERS}")
+        while True:
+            start = rows.line_num + 1
             try:
-                tags = _split_tags(parts[where["tags"]]) if "tags" in where else ()
-                extras = extras_of({k: parts[i].strip() for k, i in extra_columns.items()})
-            except ValueError as err:
-                yield n, str(err)
+                row = next(rows)
+            except StopIteration:
+                return
+            except csv.Error as err:
+                if str(err) == "unexpected end of data":  # nothing is left to read on from
+                    raise CorpusError(path, start, _csv_problem(err)) from None
+                yield start, _csv_problem(err)
                 continue
-            qid, title, body = (parts[where[k]] for k in ("id", "title", "body"))
-            yield n, Question(qid.strip(), title, body, tags, extras)
+            lines = rows.line_num - start + 1
+            if long and long[-1] >= start:
+                yield long[-1], too_long()
+            elif not "".join(row).strip():  # a blank row, as a spreadsheet may end with
+                continue
+            elif len(row) != len(header):
+                over = f" (a record of {lines} lines: a stray quote?)" if lines > 1 else ""
+                problem = f"expected {len(header)} comma-separated fields, found {len(row)}"
+                yield start, problem + over
+            else:
+                yield start, _row_question(row, where)
+
+
+def _csv_text(lines: Iterator[tuple[int, str | None]], long: list[int]) -> Iterator[str]:
+    """The text of ``lines`` for the csv module; a line too long to hold is noted in ``long``
+    and read as an empty one."""
+    for n, text in lines:
+        if text is None:
+            long.append(n)
+        yield "\n" if text is None else text
 
 
 _JSON_TYPES = {
@@ -463,9 +382,9 @@ _JSON_TYPES = {
 
 def _read_jsonl(path: Path):
     with open_text(path) as f:
-        for n, line in _lines(path, f):
+        for n, line in numbered_lines(path, f):
             if line is None:
-                yield n, _too_long()
+                yield n, too_long()
                 continue
             if not line.strip():
                 continue
@@ -500,7 +419,7 @@ def _read_jsonl(path: Path):
                 yield n, "'title' and 'body' must be strings"
                 continue
             try:
-                tags = _split_tags(obj.get("tags"))
+                tags = split_tags(obj.get("tags"))
                 extras = {} if obj.get("extras") is None else obj["extras"]
                 if not isinstance(extras, dict):
                     raise ValueError("'extras' must be an object")
@@ -508,7 +427,7 @@ def _read_jsonl(path: Path):
             except ValueError as err:
                 yield n, str(err)
                 continue
-            yield n, Question(str(qid).strip(), title, body, tags, extras)
+            yield n, Question(str(qid).strip(), title, stackexchange.body_text(body), tags, extras)
 
 
 def _read_semeval_xml(path: Path):
@@ -535,7 +454,7 @@ def _read_semeval_xml(path: Path):
                 yield record_line, "a RelQuestion without a RELQ_ID"
             elif qid not in seen:
                 seen.add(qid)
-                tags = _split_tags(elem.get("RELQ_TAGS")) or _split_tags(elem.get("RELQ_CATEGORY"))
+                tags = split_tags(elem.get("RELQ_TAGS")) or split_tags(elem.get("RELQ_CATEGORY"))
                 subject = elem.findtext("RelQSubject") or ""
                 yield (
                     record_line,
@@ -576,14 +495,14 @@ def _semeval_csv_from(path: Path, first: int, seen: set[str]):
     """The records from line ``first`` on; returns the line to read on from after a bad
     record that ran over several lines, or None at the end of the file."""
     with open_text(path) as f:
-        rows = csv.reader(_csv_lines(_lines(path, f), first), strict=True)
+        rows = csv.reader(_csv_lines(numbered_lines(path, f), first), strict=True)
         try:
             header = next(rows, [])
         except csv.Error as err:
             raise CorpusError(path, 1, f"malformed CSV header ({err})") from None
         except _LongLine:
-            raise CorpusError(path, 1, f"the header: {_too_long()}") from None
-        if not {"question2_id", "question2"} <= set(header) or rows.line_num != 1:
+            raise CorpusError(path, 1, f"the header: {too_long()}") from None
+        if not _SEMEVAL_CSV_COLUMNS.issubset(header) or rows.line_num != 1:
             raise CorpusError(
                 path, 1, "expected the SemEval subtask B CSV header (question2_id, question2, ...)"
             )
@@ -599,7 +518,7 @@ def _semeval_csv_from(path: Path, first: int, seen: set[str]):
             except csv.Error as err:
                 row, problem = None, _csv_problem(err)
             except _LongLine as err:
-                yield err.line, _too_long()
+                yield err.line, too_long()
                 return err.line + 1
             end = rows.line_num + skipped
             if row is not None and not row:

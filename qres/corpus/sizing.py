@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from qres.corpus.readers import STDIN
+from qres.corpus.files import STDIN
 
 CHUNK = 1 << 23  # bytes read at a time
 _QUESTION_ROW = b'PostTypeId="1"'

@@ -136,6 +136,19 @@ def html_to_text(html: str) -> str:
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
+# A body a forum stored as HTML opens with a block element, as every StackExchange post does.
+_OPENS_AS_HTML = re.compile(r"\s*<(?:p|div|pre|blockquote|ol|ul|table|h[1-6])[\s>]", re.I)
+
+
+def body_text(body: str) -> str:
+    """A body from a forum's own export (TSV, CSV, JSONL, the service's writes) as text: one
+    stored as HTML (it opens with a block element and closes a tag) through
+    :func:`html_to_text`, any other as it is ("<p> adds a margin" stays as written)."""
+    if _OPENS_AS_HTML.match(body) and "</" in body:
+        return html_to_text(body)
+    return body
+
+
 def split_tags(value: str | None) -> tuple[str, ...]:
     """``<a><b>`` (older dumps) or ``|a|b|`` (newer ones) → ``("a", "b")``."""
     if not value:
