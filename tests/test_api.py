@@ -95,6 +95,44 @@ def test_index_add_reads_a_dumps_duplicate_links_as_qres_index_does(tmp_path, sh
         index.add(posts, links=True)
 
 
+def test_index_add_refuses_another_forum_as_qres_index_does_unless_asked(run, tmp_path):
+    """``Index.open("travel").add("robotics.tsv")`` mixed two forums without a word."""
+    from qres.indexing.sources import corpora
+
+    travel, robotics = tmp_path / "travel.tsv", tmp_path / "robotics.tsv"
+    travel.write_text("id\ttitle\tbody\nt1\tvisa for a layover\tschengen\n")
+    robotics.write_text("id\ttitle\tbody\nr1\tservo jitter\tpwm\nr2\tlidar noise\tx\n")
+    with qres.Index.open(tmp_path / "ix") as index:
+        index.add(travel)
+        with pytest.raises(BackendError, match=r"this index holds .*travel\.tsv, not .*robotics"):
+            index.add(robotics)
+        assert index.count() == 1  # refused before anything was written
+        assert corpora(index.backend) == [str(travel)]
+        assert index.add(robotics, add_to_existing=True).indexed == 2
+        assert corpora(index.backend) == [str(travel), str(robotics)]
+    refused = run("--index-dir", tmp_path / "ix2", "index", robotics)
+    assert refused.exit_code == 0, refused.output
+    with qres.Index.open(tmp_path / "ix2") as index, pytest.raises(BackendError) as api:
+        index.add(travel)
+    said = run("--index-dir", tmp_path / "ix2", "index", travel).output
+    assert f"error: {api.value}" in said  # the same line as the command's
+
+
+def test_index_add_skips_bad_records_or_says_what_it_kept(tmp_path):
+    corpus = tmp_path / "robotics.tsv"
+    corpus.write_text("id\ttitle\tbody\nr1\tservo\tpwm\nr2\tno body\nr3\tlidar\tnoise\n")
+    with qres.Index.open(tmp_path / "ix") as index:
+        with pytest.raises(ValueError) as info:
+            index.add(corpus)
+        assert str(info.value).startswith(f"{corpus}:3: expected 3 tab-separated fields, found 2")
+        assert str(info.value).endswith("; the questions read before it are in the index (1)")
+        assert index.count() == 1
+        report = index.add(corpus, skip_bad=True)
+        assert (report.indexed, report.skipped, index.count()) == (2, 1, 2)
+        assert len(report.problems) == 1
+        assert report.problems[0].startswith(f"{corpus}:3: expected 3 tab-separated fields")
+
+
 def test_results_carry_the_answer_count_as_qres_search_json_prints_it(run, tmp_path):
     corpus = tmp_path / "forum.jsonl"
     corpus.write_text(

@@ -1,4 +1,6 @@
-"""``qres.Index``: an index opened from Python to add questions to, as ``qres index`` does.
+"""``qres.Index``: an index opened from Python to add questions to, as ``qres index`` does: a
+corpus file of another forum than the index holds is refused unless ``add_to_existing``, and
+``skip_bad`` skips malformed records.
 
 with Index.open("travel-index", model_set="minilm") as index:
     index.add("dump/Posts.xml")  # a StackExchange dump: its PostLinks.xml is read too
@@ -12,7 +14,8 @@ from typing import Literal
 
 from qres.backends.base import Backend
 from qres.corpus import duplicate_links
-from qres.corpus.readers import Question, detect_format, read_corpus
+from qres.corpus.contents import read_checked, saying_what_is_kept
+from qres.corpus.readers import Question, ReadStats
 from qres.indexing.pipeline import (
     IndexReport,
     check_keeps_vectors,
@@ -20,6 +23,7 @@ from qres.indexing.pipeline import (
     index_questions,
     search_encoder,
 )
+from qres.indexing.sources import check_corpus, record_corpus
 
 
 class Index:
@@ -67,20 +71,52 @@ class Index:
         batch_size: int | None = None,
         on_batch: Callable[[int], None] | None = None,
         links: str | Path | Literal[False] | None = None,
+        *,
+        add_to_existing: bool = False,
+        skip_bad: bool = False,
     ) -> IndexReport:
         """Add or replace ``questions`` (or those of a corpus file) by id; committed. A
         question closed as a duplicate is stored with its originals (search shows the
         original in its place) as ``links``, a ``PostLinks.xml``, says: by default a
-        StackExchange dump's own, beside its ``Posts.xml``; False: none."""
+        StackExchange dump's own, beside its ``Posts.xml``; False: none.
+
+        A corpus file is read as ``qres index`` reads it: one other than those the index was
+        built from is refused (:class:`BackendError`, before anything is written) unless
+        ``add_to_existing``, and is recorded once its questions are written; a malformed
+        record stops the reading (:class:`CorpusError`, saying how many questions read
+        before it are in the index) unless ``skip_bad`` skips and counts it."""
         if links is True:
             raise ValueError("links: a PostLinks.xml file, False (none) or None (a dump's own)")
         if isinstance(questions, str | Path):
-            fmt = detect_format(questions)
-            links = duplicate_links.chosen(questions, fmt, links)
-            questions = read_corpus(questions, fmt)
+            return self._add_file(
+                Path(questions), batch_size, on_batch, links, add_to_existing, skip_bad
+            )
         if links:
             questions = duplicate_links.attach(questions, duplicate_links.read(Path(links)))
         return index_questions(self.backend, questions, self.encoder, batch_size, on_batch=on_batch)
+
+    def _add_file(self, corpus: Path, batch_size, on_batch, links, mix: bool, skip_bad: bool):
+        check_corpus(self.backend, corpus, mix)
+        stats = ReadStats()
+        questions, fmt = read_checked(corpus, None, skip_bad, stats)
+        links = duplicate_links.chosen(corpus, fmt, links)
+        if links:
+            closed = duplicate_links.read(links, hint="links=False: without them")
+            questions = duplicate_links.attach(questions, closed)
+
+        def written(n: int) -> None:
+            record_corpus(self.backend, corpus)  # once questions are in, as qres index does
+            if on_batch:
+                on_batch(n)
+
+        dropped = "nothing is kept if this error ends the rebuild's with block"
+        with saying_what_is_kept(stats, dropped if self.backend.rebuilding else None):
+            report = index_questions(
+                self.backend, questions, self.encoder, batch_size, on_batch=written
+            )
+        record_corpus(self.backend, corpus)
+        report.skipped, report.problems = stats.skipped, stats.problems
+        return report
 
     def count(self) -> int:
         return self.backend.count()

@@ -59,8 +59,10 @@ class IndexReport:
     indexed: int = 0
     duplicates: int = 0
     unchanged: int = 0  # already in the index exactly as read: not written again
+    given_new_models: int = 0  # questions held before, given the vectors of models new to it
     seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
+    skipped: int = 0  # malformed records skipped (skip_bad)
+    problems: list[str] = field(default_factory=list)  # the first few of them
 
     @property
     def docs_per_second(self) -> float:
@@ -156,11 +158,11 @@ def index_questions(
     batches not yet encoded, and the one being encoded at the end of its current run; those
     encoded are written first (``on_stopping()`` is called then; a second Ctrl-C drops them
     too)."""
-    encoders = _encoders(encoder)
+    encoders, given_new_models = _encoders(encoder), 0
     if encoders:  # _record_models takes the writer's lock (which clears what killed jobs left)
         new = _record_models(backend, encoders)
         if new:  # only the new models' vectors are computed for the questions held
-            add_models(backend, new)
+            given_new_models = add_models(backend, new)
             _record_models(backend, encoders)
     else:
         backend.acquire_write_lock()
@@ -172,7 +174,7 @@ def index_questions(
     workers = default_workers() if workers is None else workers
     if workers and runs_in_main_script():
         workers = 0
-    report = IndexReport()
+    report = IndexReport(given_new_models=given_new_models)
     seen: set[str] = set()
     start = time.perf_counter()
     since_commit = 0

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from qres.backends.base import Backend, BackendError
+from qres.corpus.files import STDIN
 
 CORPORA = "corpora"  # index metadata: the corpus files read into the index, oldest first
 
@@ -71,5 +72,7 @@ def record_corpus(backend: Backend, corpus: str | Path) -> None:
 
 def shown(path: str) -> str:
     """``path`` relative to the working directory when it is under it."""
+    if path == STDIN:
+        return "standard input"
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
