@@ -257,7 +257,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     )
     async def post_questions(request: Request):
         """Add or replace a batch: one JSON object {"id", "title", "body", "tags", "extras"}
-        per line."""
+        per line, or the lines of a JSONL corpus as indexed (answer_count, ... beside title)."""
         questions = read_lines(await request.body(), config.max_batch)
         await service.upsert(questions)
         return {"upserted": len(questions), "committed": True}

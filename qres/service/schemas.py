@@ -4,11 +4,29 @@ is read: a bad one is a 400 (:class:`ApiError`) whose one sentence says what is 
 from typing import Annotated, Literal
 from urllib.parse import unquote_to_bytes
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from qres.corpus.readers import MAX_FIELD_CHARS, MAX_ID_BYTES, Question, extras_of, id_problem
+from qres.corpus.readers import (
+    KNOWN_EXTRAS,
+    MAX_FIELD_CHARS,
+    MAX_ID_BYTES,
+    Question,
+    extras_of,
+    id_problem,
+    split_tags,
+)
+from qres.corpus.stackexchange import body_text
 from qres.ranking.search import MODES
 
 ID_RULE = f"a question id is 1 to {MAX_ID_BYTES} bytes of UTF-8 without control characters"
@@ -34,18 +52,54 @@ def _extras(value):
     return extras_of(value) if isinstance(value, dict) else value
 
 
+def _tags(value):
+    """Tags as a JSONL corpus line may give them: a list, or a comma-separated string."""
+    return list(split_tags(value)) if isinstance(value, str) else value
+
+
+def _top_level_display_fields(schema: dict) -> None:
+    """OpenAPI: the display fields a body may give beside title (they go into extras)."""
+    for key in KNOWN_EXTRAS:
+        schema["properties"][key] = {
+            "type": ["integer", "string", "null"],
+            "description": "A display field, as a JSONL corpus line gives it: stored in extras.",
+        }
+
+
 class QuestionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_top_level_display_fields)
     title: str = Field(max_length=MAX_FIELD_CHARS)
     body: str = Field(default="", max_length=MAX_FIELD_CHARS)
-    tags: list[str] = Field(default_factory=list, max_length=100)
+    tags: Annotated[list[str], BeforeValidator(_tags)] = Field(default_factory=list, max_length=100)
     extras: Annotated[dict[str, int | str], BeforeValidator(_extras)] = Field(
         default_factory=dict,
         description="What the forum shows beside the question, stored, never searched: "
         "answer_count, score (whole numbers), accepted_answer_id, closed_date, or others; "
         "duplicate_of (space-separated ids) marks a question closed as a duplicate of "
-        "those, which search then shows in its place.",
+        "those, which search then shows in its place. The named ones may also be given "
+        "beside title, as in a JSONL corpus line (that value wins).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_a_corpus_line(cls, data):
+        """The top-level display fields of a JSONL corpus line (answer_count, ...) go into
+        extras as the corpus reader puts them; any other unknown field is refused by name."""
+        if not isinstance(data, dict):
+            return data
+        for key in data:
+            if key not in cls.model_fields and key not in KNOWN_EXTRAS:
+                raise PydanticCustomError(
+                    "unknown_field",
+                    "{field}: unknown field (display fields go in extras)",
+                    {"field": str(key)[:80]},
+                )
+        top = {key: data[key] for key in KNOWN_EXTRAS if key in data}
+        extras = {} if data.get("extras") is None else data["extras"]
+        if not top or not isinstance(extras, dict):  # a bad extras: its own error
+            return data
+        rest = {key: value for key, value in data.items() if key not in top}
+        return {**rest, "extras": {**extras, **top}}
 
 
 def _addressable(qid: str) -> str:
@@ -55,8 +109,13 @@ def _addressable(qid: str) -> str:
     return qid
 
 
+def _id_text(value):
+    """An integer id as its digits, as a JSONL corpus line's (not true or false)."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 class QuestionLine(QuestionIn):
-    id: Annotated[str, AfterValidator(_addressable)]
+    id: Annotated[str, BeforeValidator(_id_text), AfterValidator(_addressable)]
 
 
 class SearchBody(BaseModel):
@@ -214,6 +273,8 @@ def one_sentence(errors: list[dict], what: str = "the request body") -> str:
     )
     kind, message = first.get("type"), first.get("msg", "invalid value")
     message = message.removeprefix("Value error, ")  # pydantic's wording of a validator's own
+    if kind == "unknown_field":  # its message names the field
+        return f"{message}."
     if kind == "json_invalid":
         return f"{what} is not valid JSON."
     if kind in ("model_type", "model_attributes_type", "dict_type") and not where:
@@ -262,7 +323,8 @@ def read_lines(raw: bytes, max_questions: int) -> list[Question]:
             raise ApiError(400, f"line {n}: {err.detail}") from None
         if not (item.title.strip() or item.body.strip()):
             raise ApiError(400, f"line {n}: question {item.id!r} has an empty title and body.")
-        questions[item.id] = Question(item.id, item.title, item.body, tuple(item.tags), item.extras)
+        body = body_text(item.body)  # as a corpus line's: HTML as its text
+        questions[item.id] = Question(item.id, item.title, body, tuple(item.tags), item.extras)
         if len(questions) > max_questions:
             raise ApiError(413, f"more than {max_questions} questions in one request.")
     if not questions:

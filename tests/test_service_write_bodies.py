@@ -1,0 +1,58 @@
+"""What the service's writes take: the lines of a JSONL corpus as they were indexed, their
+top-level display fields included (``qres.service.schemas``, without a server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qres.corpus.readers import read_corpus
+from qres.service.schemas import ApiError, QuestionIn, parse_body, read_lines
+
+LINES = [
+    {"id": "n5", "title": "x", "answer_count": 3},
+    {"id": 7, "title": "y", "tags": "wifi, network", "score": "12", "extras": {"views": 9}},
+    {"id": "n6", "title": "z", "closed_date": "2013-05-01", "extras": {"closed_date": "old"}},
+]
+
+
+def test_posted_lines_are_read_as_the_jsonl_reader_reads_them(tmp_path):
+    text = "\n".join(json.dumps(line) for line in LINES) + "\n"
+    corpus = tmp_path / "forum.jsonl"
+    corpus.write_text(text)
+    indexed = [(q.id, q.title, q.tags, dict(q.extras)) for q in read_corpus(corpus)]
+    posted = [(q.id, q.title, q.tags, dict(q.extras)) for q in read_lines(text.encode(), 100)]
+    assert posted == indexed
+    assert posted[0][3] == {"answer_count": 3} and posted[1][0] == "7"
+
+
+def test_put_takes_top_level_display_fields_too():
+    question = parse_body(QuestionIn, json.dumps({"title": "x", "answer_count": "4"}))
+    assert question.extras == {"answer_count": 4}
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        (
+            {"id": "n5", "title": "x", "colour": "red"},
+            "line 1: colour: unknown field (display fields go in extras).",
+        ),
+        (
+            {"id": "n5", "title": "x", "answer_count": "lots"},
+            "line 1: extras: 'answer_count': 'lots' is not a whole number.",
+        ),
+        ({"id": True, "title": "x"}, "line 1: id: input should be a valid string."),
+    ],
+)
+def test_a_bad_field_is_one_sentence_naming_it(line, said):
+    with pytest.raises(ApiError) as info:
+        read_lines(json.dumps(line).encode(), 100)
+    assert (info.value.status_code, info.value.detail) == (400, said)
+
+
+def test_a_posted_html_body_is_stored_as_its_text_as_a_corpus_line_is():
+    line = json.dumps({"id": "h1", "title": "Wifi", "body": "<p>It drops &amp; comes back</p>"})
+    (question,) = read_lines(line.encode(), 10)
+    assert question.body == "It drops & comes back"
