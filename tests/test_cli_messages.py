@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -64,7 +65,8 @@ def test_interrupted_rebuild_says_it_was_discarded(run, corpus, monkeypatch):
     assert json.loads(run("--json", "info").output)["questions"] == 2  # the old index, intact
 
 
-def test_interrupted_indexing_says_committed_work_is_kept(run, corpus, monkeypatch):
+def test_interrupted_indexing_says_it_committed_none(run, corpus, monkeypatch):
+    """It said "everything committed before this point is kept" whether or not anything was."""
     import qres.indexing.pipeline
 
     def interrupted(*args, **kwargs):
@@ -73,7 +75,44 @@ def test_interrupted_indexing_says_committed_work_is_kept(run, corpus, monkeypat
     monkeypatch.setattr(qres.indexing.pipeline, "index_questions", interrupted)
     result = run("index", corpus)
     assert result.exit_code == 130
-    assert "interrupted: everything committed before this point is kept" in result.output
+    assert result.output.splitlines()[-1] == (
+        "interrupted: this run committed no questions (the index holds 0); the same command "
+        "again indexes the rest"
+    )
+
+
+def test_interrupted_indexing_counts_what_this_run_committed(run, corpus, monkeypatch):
+    """One question of the two written, then Ctrl-C: the line counts it, and the index."""
+    import qres.indexing.pipeline
+
+    assert run("index", corpus).exit_code == 0  # m1 and m2
+    corpus.write_text(CORPUS + "m3\tA third\tNew.\nm4\tA fourth\tNew too.\n")
+    real = qres.indexing.pipeline.index_questions
+
+    def stopped_after_one(backend, questions, **kwargs):
+        new = [q for q in questions if q.id in ("m3", "m4")]
+        real(backend, new[:1], **kwargs)  # on_batch: the one written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(qres.indexing.pipeline, "index_questions", stopped_after_one)
+    result = run("index", corpus)
+    assert result.exit_code == 130
+    assert result.output.splitlines()[-1] == (
+        "interrupted: this run committed 1 question, kept in the index (it holds 3); the same "
+        "command again indexes the rest"
+    )
+    monkeypatch.setattr(qres.indexing.pipeline, "index_questions", real)
+    assert json.loads(run("--json", "info").output)["questions"] == 3
+
+
+def test_the_interrupted_line_counts_as_a_person_reads(monkeypatch):
+    from qres.cli.output import committed_line
+
+    rest = "; the same command again indexes the rest"
+    assert committed_line(0) == "this run committed no questions" + rest
+    assert committed_line(4096, 8000) == (
+        "this run committed 4,096 questions, kept in the index (it holds 8,000)" + rest
+    )
 
 
 def test_sigterm_during_rebuild_cleans_up_like_ctrl_c(tmp_path, corpus, monkeypatch, capsys):
@@ -204,3 +243,191 @@ def test_a_qres_home_that_is_a_file_is_said_once_for_every_command(
     result = run(*command)
     assert result.exit_code == 1
     assert result.output.strip() == f"error: {tmp_path / 'home'}: QRES_HOME is a file, not a folder"
+
+
+# `qres ARGS...` whose writes each take 50 ms more (a run of seconds, whatever the machine),
+# touching MARKER once a batch is written.
+SLOW_WRITES = """
+import signal, sys, time
+from pathlib import Path
+import qres.backends.embedded as embedded
+from qres.cli import main
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's process has it
+marker, args = Path(sys.argv[1]), sys.argv[2:]
+real = embedded.EmbeddedBackend.upsert
+
+def upsert(*a, **kw):
+    real(*a, **kw)
+    marker.touch()
+    time.sleep(0.05)
+
+embedded.EmbeddedBackend.upsert = upsert
+sys.argv = ["qres", *args]
+main()
+"""
+INTERRUPTED = re.compile(
+    r"interrupted: this run committed ([\d,]+) questions?, kept in the index "
+    r"\(it holds ([\d,]+)\); the same command again indexes the rest"
+)
+
+
+def test_ctrl_c_says_how_many_questions_this_run_committed(run, tmp_path):
+    """A real Ctrl-C to the process group once a batch is written, into an index that held
+    200 questions: the last line counts the questions this run committed, and the index
+    holds exactly those more."""
+    import subprocess
+    import sys
+
+    from qres.backends.embedded import EmbeddedBackend
+    from tests.safety_helpers import CHILD_ENV, assert_committed_prefix, make_corpus, write_tsv
+
+    questions, index_dir = make_corpus(4000), tmp_path / "ix"
+    corpus = write_tsv(tmp_path / "c.tsv", questions[:200])
+    assert run("--index-dir", index_dir, "index", corpus).exit_code == 0
+    write_tsv(corpus, questions)  # the same file, grown: 3,800 to go, 20 a batch
+    marker, log = tmp_path / "a-batch-is-written", tmp_path / "stderr.txt"
+    args = ("--index-dir", index_dir, "index", corpus, "--workers", "0", "--batch-size", "20")
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SLOW_WRITES, marker, *map(str, args)],
+            env=CHILD_ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,  # its own group, signalled as a terminal signals its own
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert marker.exists(), log.read_text()
+            os.killpg(proc.pid, signal.SIGINT)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    said = log.read_text()
+    with EmbeddedBackend(index_dir) as b:
+        held = assert_committed_prefix(b, questions)
+    if code == 0:  # the 190 writes left (9.5 s at least) were done before Ctrl-C came
+        assert held == 4000, said
+        return
+    assert code == 130, said
+    *before, last = said.strip().splitlines()
+    assert all(line.startswith("stopping: writing what is encoded first") for line in before)
+    found = INTERRUPTED.fullmatch(last)
+    assert found, said
+    committed, holds = (int(n.replace(",", "")) for n in found.groups())
+    assert 20 <= committed < 3800 and holds == held == 200 + committed, said
+
+
+def test_the_help_examples_run_as_written_after_the_readmes_main_job(run, tmp_path, monkeypatch):
+    """`qres index --help`'s first example named the fast set and its third a models/minilm
+    folder that `qres import-encoder minilm` does not make: both failed for a user who had
+    just run the README's main job. Its minilm set is stood in for by a tiny model; examples
+    run from the checkout, ~ being a fresh home; those reading a file of the user's (a dump's
+    Posts.xml) are left out, their models checked."""
+    import click
+
+    from qres.cli import cli
+    from tests.safety_helpers import REPO, write_model
+    from tests.test_docs_commands import help_examples, invocations
+
+    write_model(tmp_path / "home" / "models" / "minilm")  # `qres import-encoder minilm`
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    main_job = run("index", "qres/data/demo/questions.tsv", "--model-set", "minilm")
+    assert main_job.exit_code == 0, main_job.output
+    ran = []
+    for name in ("index", "search", "info", "compact"):
+        command = cli.get_command(click.Context(cli), name)
+        for line in help_examples(f"{command.help}\n{command.epilog or ''}"):
+            for args in invocations(line):
+                args = [os.path.expanduser(a) for a in args]
+                if name == "index" and not os.path.exists(args[1]):  # the user's own file
+                    models = [args[i + 1] for i, flag in enumerate(args) if flag == "--model"]
+                    assert all(os.path.isdir(m) for m in models), line  # but not its models
+                    continue
+                result = run(*args)
+                assert result.exit_code == 0, f"qres {' '.join(args)}: {result.output}"
+                ran.append(args[0])
+    assert ran.count("index") == 2 and {"search", "info", "compact"} <= set(ran)
+
+
+def test_a_model_added_to_an_index_says_the_questions_it_held_got_its_vectors(
+    run, corpus, tmp_path
+):
+    """The 330 demo questions given a second model's vectors were summed up as "indexed 0
+    questions ... 330 already indexed as they are", as if nothing had been done."""
+    from tests.safety_helpers import write_model
+
+    first, second = write_model(tmp_path / "first"), write_model(tmp_path / "second", seed=1)
+    assert run("index", corpus, "--model", first).exit_code == 0
+    added = run("index", corpus, "--model", first, "--model", second)
+    assert added.exit_code == 0, added.output
+    assert "added the vectors of second (new to the index) to the 2 questions it held" in (
+        added.output
+    )
+    both = ("index", corpus, "--model", first, "--model", second)
+    again = json.loads(run("--json", *both).stdout)
+    assert again["models_added"] == [] and again["questions_given_new_vectors"] == 0
+    assert "added the vectors" not in run(*both).output
+
+
+def test_info_names_the_model_set_the_index_holds(run, corpus, tmp_path, monkeypatch):
+    """/readyz named it; `qres info` did not."""
+    from qres.encoders import model_set
+    from qres.encoders.card import read_card
+    from tests.safety_helpers import write_model
+
+    minilm = write_model(tmp_path / "home" / "models" / "minilm")
+    fitted_for = {"minilm": {"minilm": read_card(minilm / "model.json")["fingerprint"]}}
+
+    def expected(name="default"):
+        if name not in fitted_for:
+            raise ValueError(f"no {name} here")
+        return fitted_for[name]
+
+    monkeypatch.setattr(model_set, "expected_fingerprints", expected)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert run("index", corpus).exit_code == 0  # BM25 alone: no set
+    assert json.loads(run("--json", "info").output)["model_set"] is None
+    assert run("index", corpus, "--rebuild", "--model-set", "minilm").exit_code == 0
+    assert json.loads(run("--json", "info").output)["model_set"] == "minilm"
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in run("info").output.splitlines()]
+    assert ["model_set", "minilm"] in rows
+
+
+def test_help_names_what_it_takes_as_its_usage_does():
+    """`qres adapt --help` took FORUM and described DIR; `qres tags -k` said nothing."""
+    from click.testing import CliRunner
+
+    from qres.cli import cli
+
+    adapt = CliRunner().invoke(cli, ["adapt", "--help"]).output
+    assert "adapt [OPTIONS] FORUM\n" in adapt
+    assert "FORUM is a StackExchange dump's folder" in adapt and "DIR holds" not in adapt
+    tags = CliRunner().invoke(cli, ["tags", "--help"]).output
+    assert "-k INTEGER RANGE   How many tags to suggest, the most probable first." in tags
+
+
+def test_the_parity_error_says_what_it_compares_and_its_bound():
+    """`import-encoder ... --quantize int8` printed "parity error 7.3e-02" and no more."""
+    from qres.training.commands.import_encoder import _parity
+
+    export = {"parity_max_abs_error": 0.073, "parity_texts_tokens": [1, 7, 256, 512]}
+    card = {"encoder": {"quantize": "int8"}, "export": export, "training": {}}
+    compared = (
+        "; parity error 7.3e-02: the largest difference from sentence-transformers' unit "
+        "vectors on texts of 1, 7, 256 and 512 tokens"
+    )
+    assert _parity(card) == (
+        f"{compared}; int8 weights are not held to the 1e-04 an unquantised import must meet "
+        "(what int8 costs in ranking: docs/quality-cost.md)"
+    )
+    whole = {**card, "encoder": {"quantize": None}}
+    assert _parity(whole) == f"{compared} (at most 1e-04 passes)"
+    cut = {**card, "training": {"derived_from": "abc"}}
+    assert _parity(cut) == f"{compared}, measured before the cut and int8 (at most 1e-04 passes)"
+    assert _parity({"encoder": {}, "export": {}}) == ""

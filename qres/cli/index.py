@@ -3,45 +3,36 @@ look after it)."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import click
 
+from qres.backends.base import index_models
 from qres.cli.group import (
-    COMMITTED_IS_KEPT,
     Context,
     _with_model_set,
     console,
     json_option,
     model_set_option,
 )
-from qres.cli.output import QuestionsDone, progress_display, summary_lines
+from qres.cli.output import (
+    QuestionsDone,
+    committed_line,
+    counted_when_interrupted,
+    progress_display,
+    said_if_swapped,
+    summary_lines,
+    writing_first,
+)
 from qres.corpus import duplicate_links
 from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import FORMATS, ReadStats
-
-
-def _writing_first() -> None:
-    console.print("stopping: writing what is encoded first (Ctrl-C again to drop it)")
 
 
 def _a_number(value: float) -> float:
     if value != value:  # nan: every range check passes it
         raise click.BadParameter("nan is not a number")
     return value
-
-
-@contextlib.contextmanager
-def _said_if_swapped(obj: Context, backend):
-    """An interruption that lands in the swap of a rebuild is held back until the swap is
-    done (the rebuilt index is in place then): say so, not that the rebuild was discarded."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        if backend.swapped_in:
-            obj.on_interrupt = "the rebuild was finished first: the index is the rebuilt one"
-        raise
 
 
 @click.command()
@@ -133,10 +124,10 @@ def index(
     \b
     CORPUS is one of (plain or .gz; - reads standard input):
       askubuntu    id<TAB>title<TAB>body lines (text_tokenized.txt.gz)
-      tsv          a header naming id, title, body [, tags]
+      tsv, csv     a header naming id, title, body [, tags] (CSV quotes newlines)
       jsonl        {"id": ..., "title": ..., "body": ..., "tags": [...]}
       semeval-xml  SemEval Task 3 XML (its related questions)
-      semeval-csv  SemEval-2016 subtask B train-part-1 CSV
+      semeval-csv  SemEval-2016 subtask B train-part-1 CSV (by its header)
       stackexchange  a StackExchange dump's Posts.xml (questions; HTML to text)
     A question closed as a duplicate (the dump's PostLinks.xml beside Posts.xml,
     or --links FILE) is stored with its originals: search shows the original
@@ -146,10 +137,12 @@ def index(
     completes it.
 
     \b
-    Example:
-      qres index qres/data/demo/questions.tsv --model-set fast
-      qres index Posts.xml --model-set fast --index-dir ~/qres-travel
-      qres index questions.tsv --model qres/models/default --model models/minilm
+    Examples:
+      qres index qres/data/demo/questions.tsv --model-set minilm
+      qres index Posts.xml --model-set minilm --index-dir ~/qres-travel
+      # a second index of the demo, with the shipped GRU's vectors beside MiniLM's:
+      qres index qres/data/demo/questions.tsv --model-set minilm \\
+          --model qres/models/default --index-dir ~/qres-demo-gru
     """
     from qres.indexing.compaction import compact_if_mostly_dead
     from qres.indexing.pipeline import (
@@ -170,7 +163,8 @@ def index(
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     else:
-        obj.on_interrupt = f"{COMMITTED_IS_KEPT}: the same command again indexes the rest"
+        obj.on_interrupt = committed_line(0)
+    committed = [0]  # questions written: index_questions commits them before it ends or stops
     models = _with_model_set(model_set, models)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
     dropped = held_model_dirs(obj.open) if rebuild and not models else []
@@ -181,7 +175,8 @@ def index(
     stats = ReadStats()
     questions, read_as = read_checked(corpus, fmt, skip_bad, stats)
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
-    with _said_if_swapped(obj, backend), backend, progress_display() as progress:
+    counted = counted_when_interrupted(obj, backend, committed, rebuild)
+    with said_if_swapped(obj, backend), backend, counted, progress_display() as progress:
         if not rebuild:
             check_made_with(backend, made_with)
         check_corpus(backend, corpus, mix)
@@ -190,6 +185,7 @@ def index(
             encoders = [search_encoder(m, obj.device) for m in index_model_dirs(backend)]
         encoder = encoders if len(encoders) > 1 else (encoders[0] if encoders else None)
         check_keeps_vectors(backend, encoder)
+        held = {m["model_fingerprint"] for m in index_models(backend.metadata())}
         links_file = duplicate_links.chosen(corpus, read_as, False if no_links else links_file)
         closed = {}
         if links_file:  # read whole before the posts: a spinner while a big dump's are read
@@ -200,23 +196,29 @@ def index(
         questions = duplicate_links.attach(questions, closed)
         questions = duplicate_links.counting(questions, closed, closed_read)
         advance = QuestionsDone(progress, corpus, read_as)
+
+        def written(n: int) -> None:  # once questions go in
+            record_corpus(backend, corpus)
+            committed[0] += n
+
         with saying_what_is_kept(stats, obj.on_interrupt if rebuild else None):
             report = index_questions(
                 backend,
                 questions,
                 encoder=encoder,
                 batch_size=batch_size,
-                on_batch=lambda n: record_corpus(backend, corpus),  # once questions go in
+                on_batch=written,
                 on_encoded=advance,
                 workers=workers,
                 skip_unchanged=not rewrite,
-                on_stopping=_writing_first,
+                on_stopping=writing_first,
             )
             record_corpus(backend, corpus)
             advance.finish()
+        added = [m for m in index_models(backend.metadata()) if m["model_fingerprint"] not in held]
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()
-    obj.on_interrupt = COMMITTED_IS_KEPT  # the rebuild is in place from here on
+    obj.on_interrupt = committed_line(committed[0], total)  # a rebuild is in place from here on
     summary = {
         "corpus": str(corpus),
         "indexed": report.indexed,
@@ -234,6 +236,8 @@ def index(
         "closed_duplicates_read": closed_read[0],
         "skipped_examples": stats.problems,
         "vectors_dropped": [Path(d).name for d in dropped] if encoder is None else [],
+        "models_added": [Path(m.get("model_dir") or "?").name for m in added],
+        "questions_given_new_vectors": report.given_new_models,
     }
     warning = duplicate_links.closes_none(links_file, len(closed), closed_read[0])
     if obj.as_json:

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from qres import paths
-from qres.backends.base import IndexMissingError
+from qres.backends.base import IndexMissingError, index_models
 from qres.cli.group import Context, json_option, load_encoder, stdout
 from qres.encoders.runtime import EncoderError
 
@@ -41,6 +41,7 @@ def info(obj: Context):
     try:
         with obj.open() as backend:
             details["questions"] = backend.count()
+            details["model_set"] = _model_set(backend.metadata())
             details["index_metadata"] = backend.metadata()
             details.update(backend.storage())
             if hasattr(backend, "ann_status"):  # the embedded backend's nearest-neighbour files
@@ -84,6 +85,14 @@ def _line(value) -> str:
     if isinstance(value, list):
         return ", ".join(_line(item) for item in value)
     return json.dumps(value) if isinstance(value, dict) else str(value)
+
+
+def _model_set(meta: dict) -> str | None:
+    """The model set the index's models make (as /readyz says), or None."""
+    from qres.encoders.model_set import model_set_of
+
+    held = [m["model_fingerprint"] for m in index_models(meta)]
+    return model_set_of(held) if held else None
 
 
 def _describe_model(model_dir: Path, device: str | None) -> dict:

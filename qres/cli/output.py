@@ -3,6 +3,7 @@ tables on standard output (``stdout``), whole lines when standard output is not 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -114,8 +115,55 @@ def summary_lines(summary: dict) -> list[str]:
             "BM25 alone: index again with --rebuild --model-set minilm to rank by meaning too "
             "(the README's main job; --model-set fast for a forum of millions)"
         )
+    if summary["questions_given_new_vectors"]:
+        lines.append(
+            f"added the vectors of {', '.join(summary['models_added'])} (new to the index) to "
+            f"the {summary['questions_given_new_vectors']:,} questions it held"
+        )
     if summary["compacted_dead_vector_rows"]:
         rows = summary["compacted_dead_vector_rows"]
         lines.append(f"compacted the index: {rows:,} dead vector rows reclaimed")
     lines += [f"  skipped: {problem}" for problem in summary["skipped_examples"]]
     return lines
+
+
+def writing_first() -> None:
+    console.print("stopping: writing what is encoded first (Ctrl-C again to drop it)")
+
+
+def committed_line(committed: int, held: int | None = None) -> str:
+    """What Ctrl-C during ``qres index`` says last: the questions this run committed (the
+    index keeps them) and, where counted, those the index holds."""
+    again = "; the same command again indexes the rest"
+    if not committed:
+        holds = "" if held is None else f" (the index holds {held:,})"
+        return f"this run committed no questions{holds}{again}"
+    s = "" if committed == 1 else "s"
+    holds = "" if held is None else f" (it holds {held:,})"
+    return f"this run committed {committed:,} question{s}, kept in the index{holds}{again}"
+
+
+@contextlib.contextmanager
+def counted_when_interrupted(obj, backend, committed: list[int], rebuild: bool):
+    """Ctrl-C outside a rebuild (discarded whole): ``obj.on_interrupt`` counts the questions
+    this run committed (``committed[0]``) and those the index holds, asked while it is open."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not rebuild:
+            obj.on_interrupt = committed_line(committed[0])
+            with contextlib.suppress(Exception):  # one that cannot count: the run's own count
+                obj.on_interrupt = committed_line(committed[0], backend.count())
+        raise
+
+
+@contextlib.contextmanager
+def said_if_swapped(obj, backend):
+    """An interruption that lands in the swap of a rebuild is held back until the swap is
+    done (the rebuilt index is in place then): say so, not that the rebuild was discarded."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if backend.swapped_in:
+            obj.on_interrupt = "the rebuild was finished first: the index is the rebuilt one"
+        raise

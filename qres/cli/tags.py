@@ -27,7 +27,14 @@ Example:
     help="Model directory exported from a `qres train --tags` run (has tags.npz).",
 )
 @click.option("--body", default="", help="The question's body, if TEXT is its title.")
-@click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "-k",
+    "k",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="How many tags to suggest, the most probable first.",
+)
 @click.option("--json", "as_json_here", is_flag=True, help="Machine-readable JSON output.")
 @click.pass_context
 def tags_command(ctx, text: str, model: Path, body: str, k: int, as_json_here: bool) -> None:

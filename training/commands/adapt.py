@@ -22,9 +22,10 @@ Example:
       --index-dir travel-index
 
 \b
-DIR holds a StackExchange dump's Posts.xml and PostLinks.xml (plain or .gz).
-Its duplicate links are split by time: the oldest 80% train (their newest
-tenth held out to fit the fusion), the newest 20% measure before and after.
+FORUM is a StackExchange dump's folder, with Posts.xml and PostLinks.xml (.gz
+or plain). Its duplicate links are split by time: the oldest 80% train (their
+newest tenth held out to fit the fusion), the newest 20% measure before and
+after.
 Each step is kept as it finishes, and fine-tuning saves a checkpoint every 20
 steps: run the same command again to resume after a crash or Ctrl-C. Needs
 the models extra (torch); a GPU is used when torch sees one. The travel forum

@@ -130,13 +130,34 @@ def import_encoder(
                 card = derive_encoder(whole, out_dir, quantize, max_tokens)
     except EncoderImportError as err:
         fail(str(err))
-    parity = card.get("export", {}).get("parity_max_abs_error")
     click.echo(
         f"wrote {out_dir}: {card['encoder']['base']} dim {card['dim']}, "
         f"max {card['max_seq_tokens']} tokens, title weight {card['title_weight']}, "
-        + (f"parity error {parity:.1e}, " if parity is not None else "")
-        + f"fingerprint {card['fingerprint'][:12]}"
+        f"fingerprint {card['fingerprint'][:12]}{_parity(card)}"
     )
+
+
+def _parity(card: dict) -> str:
+    """The import's check against sentence-transformers: what it compared, and its bound."""
+    from qres.training.import_encoder import PARITY_TOLERANCE
+
+    error = card.get("export", {}).get("parity_max_abs_error")
+    if error is None:
+        return ""
+    lengths = [str(n) for n in card["export"].get("parity_texts_tokens", [])]
+    texts = f" on texts of {', '.join(lengths[:-1])} and {lengths[-1]} tokens" if lengths else ""
+    said = f"; parity error {error:.1e}: the largest difference from sentence-transformers' "
+    said += f"unit vectors{texts}"
+    bound = f"{PARITY_TOLERANCE:.0e}"
+    if card.get("training", {}).get("derived_from"):  # --max-tokens: the card's is the whole's
+        int8 = " and int8" if card["encoder"].get("quantize") == "int8" else ""
+        return f"{said}, measured before the cut{int8} (at most {bound} passes)"
+    if card["encoder"].get("quantize") == "int8":
+        return (
+            f"{said}; int8 weights are not held to the {bound} an unquantised import must meet "
+            "(what int8 costs in ranking: docs/quality-cost.md)"
+        )
+    return f"{said} (at most {bound} passes)"
 
 
 def _build_default_set(set_name: str = "default") -> None:
