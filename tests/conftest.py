@@ -24,14 +24,28 @@ def private_qres_home(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def ctrl_c_as_a_terminal_gives_it():
+    """A test run started in the background (`pytest ... &`) inherits Ctrl-C ignored, and so
+    would every process its tests start: the tests that press Ctrl-C need it as a program run
+    from a terminal has it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+
+
 @pytest.fixture(autouse=True)
 def ctrl_c_as_it_was():
     """A test that runs ``qres.cli.main`` in this process leaves Ctrl-C ignored (as the program
     does once its command is done), and every process a later test starts would inherit that:
     its Ctrl-C tests would pass without Ctrl-C doing anything."""
     before = signal.getsignal(signal.SIGINT)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
     signal.signal(signal.SIGINT, before)
+    left = signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    # Ctrl-C left blocked in this thread would leave a later test waiting for one forever
+    assert left == blocked, f"the test left signals {left - blocked} blocked in the main thread"
 
 
 @pytest.fixture(scope="session")
