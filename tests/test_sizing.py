@@ -85,3 +85,27 @@ def test_qres_index_s_bar_gets_the_count_as_its_total_and_ends_full(tmp_path):
         assert task.completed == 3 and task.fields["rate"].endswith("questions/s")
         done.finish()
         assert task.total == task.completed == 3
+
+
+def test_once_every_question_is_encoded_the_bar_says_it_is_committing(tmp_path):
+    """It sat at the full count and 0:00:00 left, saying nothing, while the last batches were
+    written and committed."""
+    from rich.progress import Progress
+
+    from qres.cli.output import QuestionsDone
+
+    corpus = tmp_path / "c.tsv"
+    corpus.write_text("id\ttitle\tbody\n" + "".join(f"q{n}\tt\tb\n" for n in range(5)))
+    with Progress(disable=True) as progress:
+        done = QuestionsDone(progress, corpus, "tsv")
+        (task,) = progress.tasks
+        for _ in range(1000):  # the count arrives from its thread
+            if task.total is not None:
+                break
+            threading.Event().wait(0.01)
+        done(4)
+        assert task.description == "indexing c.tsv"
+        done(1)
+        assert task.description == "committing c.tsv"
+        done.finish()
+        assert task.description == "indexed c.tsv"

@@ -191,7 +191,7 @@ def index(
         if links_file:  # read whole before the posts: a spinner while a big dump's are read
             reading = progress.add_task(f"reading {links_file.name}", total=None, rate="")
             closed = duplicate_links.read(links_file, hint="--no-links: without them")
-            progress.update(reading, total=1, completed=1)
+            progress.remove_task(reading)  # read: the summary says what the links did
         closed_read = [0]
         questions = duplicate_links.attach(questions, closed)
         questions = duplicate_links.counting(questions, closed, closed_read)

@@ -69,20 +69,30 @@ class QuestionsDone:
         from qres.corpus.sizing import count_beside  # read by `qres index` only
 
         self._progress, self._started = progress, time.perf_counter()
-        self._task = progress.add_task(f"indexing {Path(corpus).name}", total=None, rate="")
+        self._name = Path(corpus).name
+        self._task = progress.add_task(f"indexing {self._name}", total=None, rate="")
         count_beside(corpus, fmt, self._counted)
 
     def __call__(self, n: float) -> None:
-        done = self._progress.tasks[self._task].completed + n
+        task = self._state()
+        done = task.completed + n
         rate = done / max(time.perf_counter() - self._started, 1e-9)
-        self._progress.update(self._task, advance=n, rate=f"{rate:,.0f} questions/s")
+        # every question encoded: the last batches are written and committed before the end
+        said = f"committing {self._name}" if task.total and done >= task.total else None
+        self._progress.update(
+            self._task, advance=n, rate=f"{rate:,.0f} questions/s", description=said
+        )
+
+    def _state(self):  # tasks are listed, not indexed, by id: another may have been removed
+        return next(task for task in self._progress.tasks if task.id == self._task)
 
     def finish(self) -> None:
         """The bar full: the count is an estimate (lines skipped, questions already indexed)."""
-        self._progress.update(self._task, total=self._progress.tasks[self._task].completed)
+        done = self._state().completed
+        self._progress.update(self._task, total=done, description=f"indexed {self._name}")
 
     def _counted(self, total: int) -> None:
-        done = self._progress.tasks[self._task].completed
+        done = self._state().completed
         self._progress.update(self._task, total=max(total, done))
 
 
