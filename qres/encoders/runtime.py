@@ -71,12 +71,14 @@ SMALL_BATCH = 16
 CPU_RUN = 64
 # Padded tokens (rows x longest row) per onnxruntime run of a transformer's bulk work. Memory
 # per run grows with it (attention is rows x length^2), so a bound on it bounds memory
-# whatever the texts. On MiniLM over travel.stackexchange questions (2 cores): 2,048-4,096
-# encoded as fast as 8,192 and 16,384 (within the noise of a loaded machine, or faster) at a
-# third of the peak memory, and 2.5x faster than runs of 256 texts padded to the longest.
-# onnxruntime's CPU arena stays on: with bounded runs it stops growing, and turning it (and
-# the memory pattern) off encoded ~40% slower without a lower peak.
-TOKEN_BUDGET = 4096
+# whatever the texts. On 2 cores over travel.stackexchange questions, budgets taken in turn
+# (benchmarks/token_budget.py): 1,024 encoded fastest, MiniLM 64.5 questions/s against 51.5 at
+# 4,096 and the fast set's int8 MiniLM on 64 tokens 236.7 against 220.6 (512 and 2,048 in
+# between); 4,096 had been as fast as 8,192-16,384 at a third of their peak memory, and 2.5x
+# faster than runs of 256 texts padded to the longest. onnxruntime's CPU arena stays on: with
+# bounded runs it stops growing, and turning it (and the memory pattern) off encoded ~40%
+# slower without a lower peak.
+TOKEN_BUDGET = 1024
 GPU_TOKEN_BUDGET = 65536
 
 
