@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from qres.corpus import stackexchange
 from qres.corpus.readers import FORMATS, CorpusError, ReadStats, detect_format, read_corpus
 
 
@@ -139,3 +140,35 @@ def test_an_html_body_of_an_export_is_read_as_text_and_plain_text_as_written(tmp
         assert first.body == "It drops & reconnects:\n\niwconfig wlan0", path
         assert second.body == PLAIN, path
     assert next(read_corpus(tsv)).body == "It drops & more"
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ("<!-- from the old forum --><p>It drops &amp; more</p>", "It drops & more"),
+        ("<hr /><p>It drops</p>", "It drops"),
+        ("<hr> is the tag I mean", "<hr> is the tag I mean"),  # no closing tag: as written
+    ],
+)
+def test_a_body_opening_with_a_comment_or_a_rule_is_html_too(body, text):
+    assert stackexchange.body_text(body) == text
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_blank_lines_before_the_header_are_skipped(tmp_path, fmt):
+    sep = "," if fmt == "csv" else "\t"
+    path = write(tmp_path / f"forum.{fmt}", f"\n\nid{sep}title{sep}body\n1{sep}Wifi{sep}drops\n")
+    assert detect_format(path) == fmt
+    assert [(q.id, q.title) for q in read_corpus(path)] == [("1", "Wifi")]
+
+
+def test_a_header_error_is_one_line_and_names_its_line(tmp_path):
+    path = write(tmp_path / "forum.csv", '\nid,"ti\ntle",x\n1,a,b\n')
+    with pytest.raises(CorpusError) as info:
+        list(read_corpus(path))
+    assert info.value.line == 2
+    assert "(found id, ti tle, x;" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_empty_csv_holds_no_questions(tmp_path):
+    assert list(read_corpus(write(tmp_path / "forum.csv", "\n\n"))) == []

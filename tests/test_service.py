@@ -223,6 +223,29 @@ def test_put_is_searchable_when_acknowledged_then_delete_removes_it(client):
     assert client.get("/questions/w1").status_code == 404
 
 
+def test_put_and_post_store_an_html_body_as_its_text(client):
+    html = "<!-- imported --><p>The numbat driver &amp; its <code>dkms</code> build</p>"
+    answer = client.put("/questions/h1", json={"title": "numbat driver", "body": html})
+    assert answer.status_code == 200
+    line = json.dumps({"id": "h2", "title": "numbat build", "body": html}).encode()
+    assert client.post("/questions", content=line).status_code == 200
+    for qid in ("h1", "h2"):
+        stored = client.get(f"/questions/{qid}").json()["body"]
+        assert stored == "The numbat driver & its dkms build"
+        client.delete(f"/questions/{qid}")
+    # an HTML body holding no text is an empty body
+    answer = client.put("/questions/h3", json={"title": "", "body": "<p> </p>"})
+    assert answer.status_code == 400
+    assert answer.json() == {"error": "the question has an empty title and body."}
+
+
+def test_a_bad_field_named_body_is_named(client):
+    answer = client.put("/questions/b1", json={"title": "numbat", "body": 5})
+    assert answer.json() == {"error": "body: input should be a valid string."}
+    answer = client.get("/search", params={"q": "numbat", "k": "many"})
+    assert answer.json()["error"].startswith("k: ")
+
+
 def test_written_extras_come_back_with_searches_and_the_question(client):
     extras = {"answer_count": 4, "score": 7, "closed_date": "2013-05-01T10:00:00.000"}
     lines = b"\n".join(

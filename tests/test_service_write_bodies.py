@@ -56,3 +56,23 @@ def test_a_posted_html_body_is_stored_as_its_text_as_a_corpus_line_is():
     line = json.dumps({"id": "h1", "title": "Wifi", "body": "<p>It drops &amp; comes back</p>"})
     (question,) = read_lines(line.encode(), 10)
     assert question.body == "It drops & comes back"
+
+
+def test_nulls_padded_ids_and_blank_tags_are_read_as_the_jsonl_reader_reads_them(tmp_path):
+    lines = [
+        {"id": " n7 ", "title": "x", "body": None, "tags": None, "extras": None},
+        {"id": "n8", "title": None, "body": "y", "tags": [" wifi ", ""]},
+    ]
+    text = "\n".join(json.dumps(line) for line in lines) + "\n"
+    corpus = tmp_path / "forum.jsonl"
+    corpus.write_text(text)
+    indexed = [(q.id, q.title, q.body, q.tags, q.extras) for q in read_corpus(corpus)]
+    posted = [(q.id, q.title, q.body, q.tags, q.extras) for q in read_lines(text.encode(), 100)]
+    assert posted == indexed == [("n7", "x", "", (), {}), ("n8", "", "y", ("wifi",), {})]
+
+
+def test_an_html_body_is_text_before_the_empty_check():
+    line = json.dumps({"id": "h1", "title": "", "body": "<p> </p>"})
+    with pytest.raises(ApiError) as info:
+        read_lines(line.encode(), 10)
+    assert info.value.detail == "line 1: question 'h1' has an empty title and body."

@@ -115,13 +115,13 @@ def detect_format(path: str | Path) -> str:
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
     if name.endswith(".csv"):  # SemEval's CSV by its header, else a question CSV
-        first_line = head_text(path, HEAD_BYTES, first_line=True).split("\n", 1)[0]
+        first_line = head_text(path, HEAD_BYTES, first_line=True).lstrip("\r\n").split("\n", 1)[0]
         header = next(csv.reader([first_line]), [])
         return "semeval-csv" if _SEMEVAL_CSV_COLUMNS.issubset(header) else "csv"
     if name.endswith(".xml"):
         head = head_text(path, 4096, first_line=False)[:4096]
         return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
-    first_line = head_text(path, HEAD_BYTES, first_line=True).split("\n", 1)[0]
+    first_line = head_text(path, HEAD_BYTES, first_line=True).lstrip("\r\n").split("\n", 1)[0]
     columns = [c.strip() for c in first_line.rstrip("\r").split("\t")]
     names = {c.lower() for c in columns}
     if "id" in names:  # a header names id, in any column
@@ -129,7 +129,7 @@ def detect_format(path: str | Path) -> str:
     # A line naming title or body without a number (an id, in a line of data) is a header:
     # read as AskUbuntu lines it would be indexed as a question.
     if names & {"title", "body"} and not any(c.isdigit() for c in columns):
-        found = _clean_text(", ".join(columns))[:200]
+        found = _columns_found(columns)
         raise CorpusError(
             path, 1, f"a header without an id column (found {found}): name the id column `id`"
         )
@@ -232,6 +232,12 @@ def extras_of(values: Mapping) -> dict[str, int | str]:
     return extras
 
 
+def _columns_found(columns: list[str]) -> str:
+    """A header's columns for a one-line error: runs of whitespace (a quoted name may hold a
+    line break) as one space, at most 200 characters."""
+    return " ".join(_clean_text(", ".join(columns)).split())[:200] or "no columns"
+
+
 def _clean_text(text: str) -> str:
     if text.isprintable():  # the common case, checked at C speed
         return text
@@ -277,16 +283,16 @@ _CSV_HEADERS = (
 _SEMEVAL_CSV_COLUMNS = {"question2_id", "question2"}
 
 
-def _header(path: Path, names: list[str], also: str = "") -> dict[str, int]:
+def _header(path: Path, names: list[str], also: str = "", line: int = 1) -> dict[str, int]:
     """Where a TSV or question CSV header of ``names`` has id, title, body, tags and the
-    display fields of :data:`KNOWN_EXTRAS`; without id, title and body it is refused at line 1
-    naming the columns found (and ``also``)."""
+    display fields of :data:`KNOWN_EXTRAS`; without id, title and body it is refused at its
+    ``line`` naming the columns found (and ``also``)."""
     columns = [name.strip().lower() for name in names]
     missing = {"id", "title", "body"} - set(columns)
     if missing:
-        found = _clean_text(", ".join(columns))[:200]
+        found = _columns_found(columns)
         lacks = ", ".join(sorted(missing))
-        raise CorpusError(path, 1, f"header lacks column(s) {lacks} (found {found}{also})")
+        raise CorpusError(path, line, f"header lacks column(s) {lacks} (found {found}{also})")
     wanted = ("id", "title", "body", "tags", *KNOWN_EXTRAS)
     return {name: columns.index(name) for name in wanted if name in columns}
 
@@ -305,11 +311,16 @@ def _row_question(parts: list[str], where: dict[str, int]) -> Question | str:
 def _read_tsv(path: Path):
     with open_text(path) as f:
         lines = numbered_lines(path, f)
-        _, header = next(lines, (1, ""))
-        if header is None:
-            raise CorpusError(path, 1, f"the header: {too_long()}")
+        at, header = 1, ""
+        for at, header in lines:  # the first line that is not blank
+            if header is None:
+                raise CorpusError(path, at, f"the header: {too_long()}")
+            if header.strip():
+                break
+        if not header.strip():  # an empty file: no questions
+            return
         names = header.rstrip("\r\n").split("\t")
-        where = _header(path, names)
+        where = _header(path, names, line=at)
         for n, line in lines:
             if line is None:
                 yield n, too_long()
@@ -332,13 +343,19 @@ def _read_csv(path: Path):
     long: list[int] = []  # the lines too long to hold, each read as an empty line
     with open_text(path) as f:
         rows = csv.reader(_csv_text(numbered_lines(path, f), long), strict=True)
+        header: list[str] = []
+        at = 1  # the line the header starts on
         try:
-            header = next(rows, [])
+            while not header and not long:  # the first row that is not blank
+                at = rows.line_num + 1
+                header = next(rows, None)
+                if header is None:  # an empty file: no questions, as an empty TSV is
+                    return
         except csv.Error as err:
-            raise CorpusError(path, 1, f"the header: {_csv_problem(err)}") from None
+            raise CorpusError(path, at, f"the header: {_csv_problem(err)}") from None
         if long:
-            raise CorpusError(path, 1, f"the header: {too_long()}")
-        where = _header(path, header, f"; {_CSV_HEADERS}")
+            raise CorpusError(path, long[0], f"the header: {too_long()}")
+        where = _header(path, header, f"; {_CSV_HEADERS}", line=at)
         while True:
             start = rows.line_num + 1
             try:

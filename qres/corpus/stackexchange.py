@@ -136,8 +136,13 @@ def html_to_text(html: str) -> str:
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
-# A body a forum stored as HTML opens with a block element, as every StackExchange post does.
-_OPENS_AS_HTML = re.compile(r"\s*<(?:p|div|pre|blockquote|ol|ul|table|h[1-6])[\s>]", re.I)
+# A body a forum stored as HTML opens with a block element, as every StackExchange post does
+# (after any comments).
+_OPENS_AS_HTML = re.compile(
+    r"\s*(?:<!--(?:(?!-->).)*-->\s*)*"  # each comment ends at its first -->
+    r"<(?:p|div|pre|blockquote|ol|ul|table|hr|h[1-6])[\s/>]",
+    re.I | re.S,
+)
 
 
 def body_text(body: str) -> str:

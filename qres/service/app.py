@@ -384,7 +384,10 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, err: RequestValidationError):
-        return JSONResponse({"error": one_sentence(err.errors(), "the request")}, 400)
+        errors = [  # loc without where it was sent (query, path, body)
+            {**error, "loc": tuple(error.get("loc", ()))[1:]} for error in err.errors()
+        ]
+        return JSONResponse({"error": one_sentence(errors, "the request")}, 400)
 
     @app.exception_handler(BackendError)
     async def backend_error(_request: Request, err: BackendError):

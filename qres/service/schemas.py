@@ -48,13 +48,22 @@ class ApiError(HTTPException):
 
 
 def _extras(value):
-    """A question's extras checked as the corpus readers check them (an object's only)."""
+    """A question's extras checked as the corpus readers check them (an object's only; null
+    is none)."""
+    if value is None:
+        return {}
     return extras_of(value) if isinstance(value, dict) else value
 
 
 def _tags(value):
-    """Tags as a JSONL corpus line may give them: a list, or a comma-separated string."""
-    return list(split_tags(value)) if isinstance(value, str) else value
+    """Tags as a JSONL corpus line may give them: a list, a comma-separated string or null,
+    each tag stripped and the empty ones left out."""
+    return list(split_tags(value)) if value is None or isinstance(value, str | list) else value
+
+
+def _null_as_empty(value):
+    """A null title or body is an empty one, as in a JSONL corpus line."""
+    return "" if value is None else value
 
 
 def _top_level_display_fields(schema: dict) -> None:
@@ -68,8 +77,10 @@ def _top_level_display_fields(schema: dict) -> None:
 
 class QuestionIn(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_top_level_display_fields)
-    title: str = Field(max_length=MAX_FIELD_CHARS)
-    body: str = Field(default="", max_length=MAX_FIELD_CHARS)
+    title: Annotated[str, BeforeValidator(_null_as_empty)] = Field(max_length=MAX_FIELD_CHARS)
+    body: Annotated[  # HTML as its text, as a corpus line's
+        str, BeforeValidator(_null_as_empty), AfterValidator(body_text)
+    ] = Field(default="", max_length=MAX_FIELD_CHARS)
     tags: Annotated[list[str], BeforeValidator(_tags)] = Field(default_factory=list, max_length=100)
     extras: Annotated[dict[str, int | str], BeforeValidator(_extras)] = Field(
         default_factory=dict,
@@ -110,7 +121,10 @@ def _addressable(qid: str) -> str:
 
 
 def _id_text(value):
-    """An integer id as its digits, as a JSONL corpus line's (not true or false)."""
+    """An id as a JSONL corpus line's: an integer as its digits (not true or false), a
+    string stripped."""
+    if isinstance(value, str):
+        return value.strip()
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
@@ -268,9 +282,7 @@ def json_body(model: type[BaseModel]) -> dict:
 def one_sentence(errors: list[dict], what: str = "the request body") -> str:
     """The first validation problem as one sentence, e.g. "k: input should be ... 100."."""
     first = errors[0]
-    where = ".".join(
-        str(part) for part in first.get("loc", ()) if part not in ("query", "body", "path")
-    )
+    where = ".".join(str(part) for part in first.get("loc", ()))
     kind, message = first.get("type"), first.get("msg", "invalid value")
     message = message.removeprefix("Value error, ")  # pydantic's wording of a validator's own
     if kind == "unknown_field":  # its message names the field
@@ -323,8 +335,7 @@ def read_lines(raw: bytes, max_questions: int) -> list[Question]:
             raise ApiError(400, f"line {n}: {err.detail}") from None
         if not (item.title.strip() or item.body.strip()):
             raise ApiError(400, f"line {n}: question {item.id!r} has an empty title and body.")
-        body = body_text(item.body)  # as a corpus line's: HTML as its text
-        questions[item.id] = Question(item.id, item.title, body, tuple(item.tags), item.extras)
+        questions[item.id] = Question(item.id, item.title, item.body, tuple(item.tags), item.extras)
         if len(questions) > max_questions:
             raise ApiError(413, f"more than {max_questions} questions in one request.")
     if not questions:
