@@ -115,7 +115,10 @@ def test_index_add_refuses_another_forum_as_qres_index_does_unless_asked(run, tm
     with qres.Index.open(tmp_path / "ix2") as index, pytest.raises(BackendError) as api:
         index.add(travel)
     said = run("--index-dir", tmp_path / "ix2", "index", travel).output
-    assert f"error: {api.value}" in said  # the same line as the command's
+    held = str(api.value).split(": ")[0]  # "this index holds ..., not ..."
+    assert f"error: {held}: " in said  # as the command says it, each naming its own ways on
+    assert str(api.value).endswith("mix them with add_to_existing=True")
+    assert "--add-to-existing" in said and "--" not in str(api.value)
 
 
 def test_index_add_skips_bad_records_or_says_what_it_kept(tmp_path):

@@ -96,7 +96,8 @@ class Index:
         return index_questions(self.backend, questions, self.encoder, batch_size, on_batch=on_batch)
 
     def _add_file(self, corpus: Path, batch_size, on_batch, links, mix: bool, skip_bad: bool):
-        check_corpus(self.backend, corpus, mix)
+        ways = "give it its own Index, or mix them with add_to_existing=True"
+        check_corpus(self.backend, corpus, mix, ways)
         stats = ReadStats()
         questions, fmt = read_checked(corpus, None, skip_bad, stats)
         links = duplicate_links.chosen(corpus, fmt, links)

@@ -35,19 +35,22 @@ def check_made_with(backend: Backend, given: dict) -> None:
             )
 
 
-def check_corpus(backend: Backend, corpus: str | Path, mix: bool) -> None:
+# The ways on from a refused corpus, as qres index's flags.
+CLI_WAYS = (
+    "give it its own index with --index-dir DIR, replace the index with --rebuild, or mix them "
+    "with --add-to-existing"
+)
+
+
+def check_corpus(backend: Backend, corpus: str | Path, mix: bool, ways: str = CLI_WAYS) -> None:
     """Refuse, before anything is written, a corpus other than the ones an index holding
-    questions was built from, unless ``mix`` (one line naming both and the ways on)."""
+    questions was built from, unless ``mix`` (one line naming both and ``ways`` on)."""
     path, held, count = source(corpus), corpora(backend), backend.count()
     if path in held:
         return
     if held and count > 0 and not mix:
         more = f" and {len(held) - 1} more" if len(held) > 1 else ""
-        raise BackendError(
-            f"this index holds {shown(held[0])}{more}, not {shown(path)}: give it its own "
-            "index with --index-dir DIR, replace the index with --rebuild, or mix them with "
-            "--add-to-existing"
-        )
+        raise BackendError(f"this index holds {shown(held[0])}{more}, not {shown(path)}: {ways}")
 
 
 def held_model_dirs(open_index) -> list[str]:
