@@ -101,6 +101,7 @@ def test_a_query_without_searchable_words_has_no_results(client):
         ("GET", "/search", {"params": {"q": "  "}}, 400, "empty"),
         ("GET", "/search", {"params": {}}, 400, "q is required"),
         ("GET", "/search", {"params": {"q": "x" * 2001}}, 400, "longer than 2000"),
+        ("POST", "/search", {"json": {"title": "x" * 2001}}, 400, "the title is longer than 2000"),
         ("GET", "/search", {"params": {"q": "usb", "k": 0}}, 400, "k:"),
         ("GET", "/search", {"params": {"q": "usb", "k": 101}}, 400, "k:"),
         ("GET", "/search", {"params": {"q": "usb", "k": "ten"}}, 400, "k:"),
@@ -237,6 +238,13 @@ def test_put_and_post_store_an_html_body_as_its_text(client):
     answer = client.put("/questions/h3", json={"title": "", "body": "<p> </p>"})
     assert answer.status_code == 400
     assert answer.json() == {"error": "the question has an empty title and body."}
+
+
+def test_a_whole_question_longer_than_a_query_is_searched(client):
+    body = "I downloaded the installer and want to boot it from a usb stick. " * 40
+    answer = client.post("/search", json={"title": "usb boot", "body": body, "k": 1})
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["results"]) == 1
 
 
 def test_a_bad_field_named_body_is_named(client):

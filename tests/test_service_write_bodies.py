@@ -76,3 +76,12 @@ def test_an_html_body_is_text_before_the_empty_check():
     with pytest.raises(ApiError) as info:
         read_lines(line.encode(), 10)
     assert info.value.detail == "line 1: question 'h1' has an empty title and body."
+
+
+def test_lines_break_at_newlines_only_and_a_byte_order_mark_is_taken():
+    """U+2028 is valid inside a JSON string (json.dumps writes it raw without ensure_ascii);
+    splitting lines as str.splitlines() does cut such a line in two."""
+    text = json.dumps({"id": "L1", "title": "a \u2028 b"}, ensure_ascii=False) + "\r\n"
+    text += json.dumps({"id": "L2", "title": "c"}) + "\n"
+    questions = read_lines(b"\xef\xbb\xbf" + text.encode(), 10)
+    assert [(q.id, q.title) for q in questions] == [("L1", "a \u2028 b"), ("L2", "c")]

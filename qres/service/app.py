@@ -146,11 +146,14 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         if not hmac.compare_digest(given.encode(), api_key.encode()):
             raise ApiError(401, "this endpoint needs the API key (header 'X-API-Key: KEY').")
 
-    def check_query(text: str) -> None:
+    def check_query(text: str, title: str | None = None) -> None:
+        """A query that is not empty, within the length limit (a whole question's title is
+        held to it; its body to the body's own limit)."""
         if not text.strip():
             raise ApiError(400, "the query is empty: give the question's title.")
-        if len(text) > config.max_query_chars:
-            raise ApiError(400, f"the query is longer than {config.max_query_chars} characters.")
+        what, limited = ("the query", text) if title is None else ("the title", title)
+        if len(limited) > config.max_query_chars:
+            raise ApiError(400, f"{what} is longer than {config.max_query_chars} characters.")
 
     def answer(result: dict, tasks: BackgroundTasks) -> dict:
         if config.log_queries:
@@ -196,7 +199,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     async def search_post(request: Request, tasks: BackgroundTasks):
         """Similar questions for a whole question (title and body)."""
         query = parse_body(SearchBody, await request.body())
-        check_query(f"{query.title} {query.body}")
+        check_query(f"{query.title} {query.body}", query.title)
         if query.k > config.max_k:
             raise ApiError(400, f"k: must be at most {config.max_k}.")
         result = await search_in_turn(query.title, query.body, query.k, query.mode, query.explain)
