@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from qres.backends import open_backend
-from qres.backends.base import BackendError
+from qres.backends.base import BackendError, index_models
 from qres.corpus.duplicate_links import names_originals
 from qres.corpus.readers import Question
 from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
@@ -89,6 +89,7 @@ class Service:
             raise
         self.encoder = self.pipeline.encoder
         self.model_names = model_labels(self.pipeline.encoders)
+        self.index_fingerprints = self._index_fingerprints()
         self.default_mode = self.pipeline.mode
         self.metrics = Metrics()
         # Two processes cannot append to one embedded index: with several workers it is
@@ -102,6 +103,19 @@ class Service:
     def close(self) -> None:
         self.writer.close()
         self.backend.close()
+
+    def _index_fingerprints(self) -> set[str]:
+        return {m["model_fingerprint"] for m in index_models(self.backend.metadata())}
+
+    def check_same_models(self) -> None:
+        """A 503 saying to restart where the index was rebuilt with other models (or none)
+        since this worker loaded its own: their vectors no longer match its."""
+        if self._index_fingerprints() != self.index_fingerprints:
+            raise ApiError(
+                503,
+                "the index was rebuilt with other models since this server started: restart "
+                "it to search in modes with vectors (mode=bm25 still answers).",
+            )
 
     # -- searching ---------------------------------------------------------------------------
 
@@ -118,10 +132,15 @@ class Service:
             several = isinstance(vectors, dict)
             vector = {fp: v[0] for fp, v in vectors.items()} if several else vectors[0]
         text = f"{title} {body}".strip()
-        if typing and vector is None:  # searched once where the last word stays as typed
-            searched, results = self.pipeline.search_typed(text, k, mode)
-        else:
-            searched, results = text, self.pipeline.search(text, k, mode, query_vector=vector)
+        try:
+            if typing and vector is None:  # searched once where the last word stays as typed
+                searched, results = self.pipeline.search_typed(text, k, mode)
+            else:
+                searched, results = text, self.pipeline.search(text, k, mode, query_vector=vector)
+        except Exception:
+            if mode != "bm25":  # the likeliest cause, said as such; else the error as it is
+                self.check_same_models()
+            raise
         seconds = time.perf_counter() - started
         self.metrics.search_seconds.labels(mode).observe(seconds)
         hits = [self._hit(rank, r, explain) for rank, r in enumerate(results, 1)]
