@@ -431,3 +431,15 @@ def test_the_parity_error_says_what_it_compares_and_its_bound():
     cut = {**card, "training": {"derived_from": "abc"}}
     assert _parity(cut) == f"{compared}, measured before the cut and int8 (at most 1e-04 passes)"
     assert _parity({"encoder": {}, "export": {}}) == ""
+
+
+def test_an_empty_query_is_refused_and_an_empty_index_says_it_holds_nothing(run, tmp_path):
+    from qres.backends.embedded import EmbeddedBackend
+
+    refused = run("search", "  ")
+    assert refused.exit_code == 2 and "the query is empty" in refused.output
+    with EmbeddedBackend(tmp_path / "empty", create=True):  # what an interrupted first run leaves
+        pass
+    said = run("--index-dir", tmp_path / "empty", "search", "wifi")
+    assert said.exit_code == 0
+    assert "no results: the index holds no questions yet" in said.output

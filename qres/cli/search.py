@@ -104,6 +104,8 @@ def search(
     from qres.ranking.search import SearchPipeline, model_labels, snippet
 
     text = " ".join(text)
+    if not text.strip():
+        raise click.UsageError("the query is empty: give the question's title")
 
     with obj.open() as backend:
         if log_queries and not backend.keeps_search_log:
@@ -131,6 +133,7 @@ def search(
         else:
             searched, results = text, pipeline.search(text, k, mode)
         latency_ms = (time.perf_counter() - started) * 1000
+        held = backend.count() if not results else None
         if log_queries:
             _log_search(backend, text, mode, k, latency_ms, results)
     several = len(signals) > 1
@@ -145,6 +148,9 @@ def search(
                 "results": [_json_result(i, r, signals) for i, r in enumerate(results, 1)],
             }
         )
+        return
+    if not results and held == 0:
+        console.print("no results: the index holds no questions yet (qres info says where it is)")
         return
     if not results:
         console.print("no results: the query has no searchable words, or nothing matched")
