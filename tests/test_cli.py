@@ -120,6 +120,15 @@ def test_evaluate_askubuntu_given_order_prints_table_2(run):
     assert cells[1:5] == ["52.0", "66.0", "51.9", "42.1"]
 
 
+def test_evaluate_askubuntu_without_its_texts_says_why_bm25_is_left_out(run):
+    result = run("evaluate", "--dataset", "askubuntu", "--split", "dev")
+    assert result.exit_code == 0, result.output
+    assert "given order alone: ranking with bm25" in result.output
+    assert "--corpus FILE" in result.output
+    asked = run("evaluate", "--dataset", "askubuntu", "--split", "dev", "--ranker", "given-order")
+    assert "given order alone" not in asked.output  # asked for: nothing left out
+
+
 def test_evaluate_semeval_json(run):
     result = run(
         "--json",

@@ -201,6 +201,7 @@ def evaluate(
     if save_run is not None and not save_run.parent.is_dir():
         raise click.BadParameter(f"{save_run.parent}: no such folder", param_hint="--save-run")
     model = models[0] if models else None
+    given_rankers = bool(rankers)
     try:
         ev.check_options(dataset, ev.choose_rankers(dataset, rankers, model), accuracy_at, fusion)
         benchmark = ev.load_benchmark(dataset, split, data_dir, corpus, links, query, typing)
@@ -209,6 +210,12 @@ def evaluate(
             raise ev.SetupError("--typing", "--typing needs rankers that search (bm25, hybrid)")
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
+    if not given_rankers and benchmark.missing_texts:
+        console.print(
+            "given order alone: ranking with bm25 (and models) needs the question texts, "
+            "AskUbuntu's text_tokenized.txt.gz (--corpus FILE)",
+            highlight=False,
+        )
     if benchmark.with_links:
         console.print(
             "duplicate links followed: a question closed as a duplicate before the query was "
