@@ -308,3 +308,21 @@ def test_a_piped_table_keeps_each_title_on_one_line(run, tmp_path, monkeypatch):
     result = run("search", "boot usb", "--explain")
     assert result.exit_code == 0
     assert title.strip() in result.output  # the runner's output is a pipe, not a terminal
+
+
+def test_a_model_given_twice_is_one_line_naming_both_ways_to_give_it(run, corpus, tmp_path):
+    from qres.encoders.model_set import SHIPPED_GRU
+
+    said = run(
+        "--index-dir",
+        tmp_path / "ix",
+        "index",
+        corpus,
+        "--model",
+        SHIPPED_GRU,
+        "--model",
+        SHIPPED_GRU,
+    )
+    assert said.exit_code == 1
+    assert "the same model is given twice: pass each --model once" in said.output
+    assert "--model-set" in said.output

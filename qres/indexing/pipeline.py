@@ -528,7 +528,10 @@ def _record_models(backend: Backend, encoders: list) -> list:
         )
     fingerprints = [e.fingerprint for e in encoders]
     if len(set(fingerprints)) < len(fingerprints):
-        raise BackendError("the same model is given twice: pass each --model once")
+        raise BackendError(
+            "the same model is given twice: pass each --model once, and none that "
+            "--model-set already holds"
+        )
     backend.acquire_write_lock()
     meta = backend.metadata()
     held = index_models(meta)
