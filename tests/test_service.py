@@ -247,6 +247,15 @@ def test_a_whole_question_longer_than_a_query_is_searched(client):
     assert len(answer.json()["results"]) == 1
 
 
+def test_a_padded_id_in_the_path_is_the_id_a_batch_or_a_corpus_gives(client):
+    assert client.put("/questions/%20pad%20", json={"title": "numbat pad"}).json()["id"] == "pad"
+    line = json.dumps({"id": " pad ", "title": "numbat pad, posted"}).encode()
+    assert client.post("/questions", content=line).status_code == 200
+    assert client.get("/questions/pad").json()["title"] == "numbat pad, posted"  # one question
+    assert client.get("/questions/%20pad").json()["id"] == "pad"
+    assert client.delete("/questions/pad%20").json()["deleted"] is True
+
+
 def test_a_bad_field_named_body_is_named(client):
     answer = client.put("/questions/b1", json={"title": "numbat", "body": 5})
     assert answer.json() == {"error": "body: input should be a valid string."}

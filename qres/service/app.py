@@ -215,7 +215,8 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     )
     def get_question(qid: str):
         """A stored question."""
-        found = service.backend.fetch([check_id(qid)]).get(qid)
+        qid = check_id(qid)
+        found = service.backend.fetch([qid]).get(qid)
         if found is None:
             raise ApiError(404, f"no question with id {qid!r}.")
         return {
@@ -235,13 +236,14 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     )
     async def put_question(qid: str, request: Request):
         """Add or replace one question; answered once it is committed (durable, searchable)."""
+        qid = check_id(qid)
         question = parse_body(QuestionIn, await request.body())
         if not (question.title.strip() or question.body.strip()):
             raise ApiError(400, "the question has an empty title and body.")
         await service.upsert(
             [
                 Question(
-                    check_id(qid),
+                    qid,
                     question.title,
                     question.body,
                     tuple(question.tags),
@@ -273,7 +275,8 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     )
     async def delete_question(qid: str):
         """Remove one question; answered once the removal is committed."""
-        found = await run_in_threadpool(service.backend.fetch, [check_id(qid)])
+        qid = check_id(qid)
+        found = await run_in_threadpool(service.backend.fetch, [qid])
         if qid not in found:
             raise ApiError(404, f"no question with id {qid!r}.")
         await service.write(Delete([qid]))

@@ -305,6 +305,8 @@ def parse_body(model: type[BaseModel], raw: bytes | str, what: str = "the reques
 
 
 def check_id(qid: str) -> str:
+    """A path's question id, stripped as a corpus line's is, or a 400 giving the id rule."""
+    qid = qid.strip()
     if id_problem(qid):
         raise ApiError(400, f"{ID_RULE}.")
     return qid
