@@ -85,3 +85,13 @@ def test_lines_break_at_newlines_only_and_a_byte_order_mark_is_taken():
     text += json.dumps({"id": "L2", "title": "c"}) + "\n"
     questions = read_lines(b"\xef\xbb\xbf" + text.encode(), 10)
     assert [(q.id, q.title) for q in questions] == [("L1", "a \u2028 b"), ("L2", "c")]
+
+
+def test_a_body_is_held_to_the_limit_as_its_text_not_as_its_html():
+    html = "<p>" + "<b>word</b> " * 2000 + "</p>"  # 24,000 characters of HTML, 10,000 of text
+    line = json.dumps({"id": "h1", "title": "long", "body": html})
+    (question,) = read_lines(line.encode(), 10)
+    assert len(question.body) < 20_000 < len(html)
+    with pytest.raises(ApiError) as info:
+        read_lines(json.dumps({"id": "h2", "title": "t", "body": "x" * 20_001}).encode(), 10)
+    assert info.value.detail == "line 1: body: string should have at most 20000 characters."

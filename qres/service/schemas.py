@@ -61,6 +61,13 @@ def _tags(value):
     return list(split_tags(value)) if value is None or isinstance(value, str | list) else value
 
 
+def _held(text: str) -> str:
+    """A body within :data:`MAX_FIELD_CHARS` (counted once HTML is its text)."""
+    if len(text) > MAX_FIELD_CHARS:
+        raise ValueError(f"string should have at most {MAX_FIELD_CHARS} characters")
+    return text
+
+
 def _null_as_empty(value):
     """A null title or body is an empty one, as in a JSONL corpus line."""
     return "" if value is None else value
@@ -78,9 +85,13 @@ def _top_level_display_fields(schema: dict) -> None:
 class QuestionIn(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_top_level_display_fields)
     title: Annotated[str, BeforeValidator(_null_as_empty)] = Field(max_length=MAX_FIELD_CHARS)
-    body: Annotated[  # HTML as its text, as a corpus line's
-        str, BeforeValidator(_null_as_empty), AfterValidator(body_text)
-    ] = Field(default="", max_length=MAX_FIELD_CHARS)
+    body: Annotated[  # HTML as its text, as a corpus line's, then held to the limit
+        str, BeforeValidator(_null_as_empty), AfterValidator(body_text), AfterValidator(_held)
+    ] = Field(
+        default="",
+        description=f"At most {MAX_FIELD_CHARS:,} characters once a body stored as HTML is "
+        "read as its text.",
+    )
     tags: Annotated[list[str], BeforeValidator(_tags)] = Field(default_factory=list, max_length=100)
     extras: Annotated[dict[str, int | str], BeforeValidator(_extras)] = Field(
         default_factory=dict,
