@@ -210,21 +210,8 @@ def evaluate(
             raise ev.SetupError("--typing", "--typing needs rankers that search (bm25, hybrid)")
     except ev.SetupError as err:
         raise click.BadParameter(str(err), param_hint=err.option) from None
-    if not given_rankers and benchmark.missing_texts:
-        console.print(
-            "given order alone: ranking with bm25 (and models) needs the question texts, "
-            "AskUbuntu's text_tokenized.txt.gz (--corpus FILE)",
-            highlight=False,
-        )
-    if benchmark.with_links:
-        console.print(
-            "duplicate links followed: a question closed as a duplicate before the query was "
-            "gives way to its original (--no-links: the text alone)",
-            highlight=False,
-        )
-    if benchmark.query_form != "question":
-        typed = ", searched as typed: the last word completed (--typing)" if typing else ""
-        console.print(f"queries: {benchmark.query_form} (--query){typed}", highlight=False)
+    for note in ev.setup_notes(benchmark, typing, given_rankers):
+        console.print(note, highlight=False)
     if compare and len(rankers) != 2:
         raise click.BadParameter("--compare needs exactly two --ranker", param_hint="--compare")
     evaluations = ev.evaluate_rankers(

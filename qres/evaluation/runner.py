@@ -337,6 +337,25 @@ def default_split(dataset: str, split: str | None) -> str:
     return split or ("all" if dataset == "stackexchange" else "dev")
 
 
+def setup_notes(benchmark: Benchmark, typing: bool, rankers_given: bool) -> list[str]:
+    """What the figures assume that the command line may not have said, a line each."""
+    notes = []
+    if not rankers_given and benchmark.missing_texts:
+        notes.append(
+            "given order alone: ranking with bm25 (and models) needs the question texts, "
+            "AskUbuntu's text_tokenized.txt.gz (--corpus FILE)"
+        )
+    if benchmark.with_links:
+        notes.append(
+            "duplicate links followed: a question closed as a duplicate before the query was "
+            "gives way to its original (--no-links: the text alone)"
+        )
+    if benchmark.query_form != "question":
+        typed = ", searched as typed: the last word completed (--typing)" if typing else ""
+        notes.append(f"queries: {benchmark.query_form} (--query){typed}")
+    return notes
+
+
 def choose_rankers(
     dataset: str, rankers: Sequence[str], model: Path | None, texts: bool = True
 ) -> tuple[str, ...]:
