@@ -90,13 +90,14 @@ def open_text(path: str | Path) -> io.TextIOBase:
 
 
 def head_text(path: Path, enough: int, first_line: bool) -> str:
-    """The file's first ``enough`` bytes as text (or its first line, if ``first_line``; at
-    most :data:`HEAD_BYTES`), for format detection. A pipe is read once: what is read here
-    is kept for the next :func:`open_text` of the same path to read again."""
+    """The file's first ``enough`` bytes as text (or as far as its first line that is not
+    blank, if ``first_line``; at most :data:`HEAD_BYTES`), for format detection. A pipe is
+    read once: what is read here is kept for the next :func:`open_text` of the same path to
+    read again."""
     raw = _open_bytes(path)
     head = b""
     try:
-        while len(head) < min(enough, HEAD_BYTES) and not (first_line and b"\n" in head):
+        while len(head) < min(enough, HEAD_BYTES) and not (first_line and _has_a_line(head)):
             piece = raw.read1(8192)
             if not piece:
                 break
@@ -110,6 +111,18 @@ def head_text(path: Path, enough: int, first_line: bool) -> str:
     else:
         _peeked[str(path)] = (head, raw)
     return head.decode("utf-8-sig", errors="replace")
+
+
+def _has_a_line(head: bytes) -> bool:
+    """Whether ``head`` holds a whole line that is not blank."""
+    return any(line.strip() for line in head.split(b"\n")[:-1])
+
+
+def first_line(path: Path) -> str:
+    """The file's first line that is not blank (the readers skip blank lines before a header
+    too), for format detection."""
+    text = head_text(path, HEAD_BYTES, first_line=True)
+    return next((line for line in text.split("\n") if line.strip()), "")
 
 
 def numbered_lines(

@@ -46,9 +46,9 @@ from pathlib import Path
 from qres.corpus import stackexchange
 from qres.corpus.files import (
     FORMATS,
-    HEAD_BYTES,
     MAX_LINE_CHARS,
     CorpusError,
+    first_line,
     head_text,
     numbered_lines,
     open_text,
@@ -115,14 +115,12 @@ def detect_format(path: str | Path) -> str:
     if name.endswith((".jsonl", ".json", ".ndjson")):
         return "jsonl"
     if name.endswith(".csv"):  # SemEval's CSV by its header, else a question CSV
-        first_line = head_text(path, HEAD_BYTES, first_line=True).lstrip("\r\n").split("\n", 1)[0]
-        header = next(csv.reader([first_line]), [])
+        header = next(csv.reader([first_line(path)]), [])
         return "semeval-csv" if _SEMEVAL_CSV_COLUMNS.issubset(header) else "csv"
     if name.endswith(".xml"):
         head = head_text(path, 4096, first_line=False)[:4096]
         return "stackexchange" if stackexchange.looks_like_posts(head) else "semeval-xml"
-    first_line = head_text(path, HEAD_BYTES, first_line=True).lstrip("\r\n").split("\n", 1)[0]
-    columns = [c.strip() for c in first_line.rstrip("\r").split("\t")]
+    columns = [c.strip() for c in first_line(path).rstrip("\r").split("\t")]
     names = {c.lower() for c in columns}
     if "id" in names:  # a header names id, in any column
         return "tsv"
@@ -346,7 +344,7 @@ def _read_csv(path: Path):
         header: list[str] = []
         at = 1  # the line the header starts on
         try:
-            while not header and not long:  # the first row that is not blank
+            while not "".join(header).strip() and not long:  # the first row not blank
                 at = rows.line_num + 1
                 header = next(rows, None)
                 if header is None:  # an empty file: no questions, as an empty TSV is
