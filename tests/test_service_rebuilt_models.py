@@ -26,6 +26,7 @@ def test_a_rebuild_without_the_servers_models_is_a_503_saying_to_restart(tmp_pat
                 "index",
                 str(DEMO),
                 "--rebuild",
+                "--no-vectors",
             ],
             capture_output=True,
             text=True,

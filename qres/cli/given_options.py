@@ -21,3 +21,10 @@ def refuse_given(*names: str, why: str) -> None:
         if given(name):
             option = next(p for p in command.params if p.name == name)
             raise click.BadParameter(why, param_hint="/".join(option.opts + option.secondary_opts))
+
+
+def not_nan(_ctx, _param, value: float) -> float:
+    """A number option's callback refusing nan, which every range check lets through."""
+    if value != value:
+        raise click.BadParameter("nan is not a number")
+    return value

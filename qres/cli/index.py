@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from qres.backends.base import index_models
+from qres.cli.given_options import not_nan
 from qres.cli.group import (
     Context,
     _with_model_set,
@@ -29,12 +30,6 @@ from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import FORMATS, ReadStats
 
 
-def _a_number(value: float) -> float:
-    if value != value:  # nan: every range check passes it
-        raise click.BadParameter("nan is not a number")
-    return value
-
-
 @click.command()
 @json_option
 @click.argument("corpus", type=click.Path(path_type=Path))  # a folder: the reader's error
@@ -46,8 +41,8 @@ def _a_number(value: float) -> float:
     multiple=True,
     help="Model directory from `qres export-onnx`: store each question's dense vector. "
     "Repeatable: one vector per model; a model new to the index is first computed for "
-    "the questions it holds (only that model's vectors) [default: the models the index holds; "
-    "with --rebuild, none].",
+    "the questions it holds (only that model's vectors) [default: the models the index holds, "
+    "with --rebuild too].",
 )
 @click.option(
     "--rewrite",
@@ -58,6 +53,7 @@ def _a_number(value: float) -> float:
 @model_set_option
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
 @click.option("--rebuild", is_flag=True, help="Build a fresh index and swap it in at the end.")
+@click.option("--no-vectors", is_flag=True, help="With --rebuild: BM25 alone (drops the vectors).")
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
@@ -83,7 +79,7 @@ def _a_number(value: float) -> float:
     default=2.0,
     show_default=True,
     type=click.FloatRange(min=0, max=1000),
-    callback=lambda ctx, param, value: _a_number(value),
+    callback=not_nan,
     help="BM25 weight of the title in a new index.",
 )
 @click.option(
@@ -110,6 +106,7 @@ def index(
     model_set,
     skip_bad,
     rebuild,
+    no_vectors,
     batch_size,
     workers,
     analyzer,
@@ -155,19 +152,23 @@ def index(
         check_corpus,
         check_made_with,
         held_model_dirs,
+        kept_model_dirs,
         record_corpus,
     )
 
     if links_file and no_links:
         raise click.UsageError("--links FILE and --no-links: give one or the other")
+    obj.on_interrupt = committed_line(0)
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
-    else:
-        obj.on_interrupt = committed_line(0)
     committed = [0]  # questions written: index_questions commits them before it ends or stops
     models = _with_model_set(model_set, models)
+    if no_vectors and (models or not rebuild):
+        raise click.UsageError("--no-vectors goes with --rebuild, without --model or --model-set")
+    if rebuild and not models and not no_vectors:  # encoding a forum again can take hours
+        models = kept_model_dirs(obj.open)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
-    dropped = held_model_dirs(obj.open) if rebuild and not models else []
+    dropped = held_model_dirs(obj.open) if no_vectors else []
     source = click.get_current_context().get_parameter_source
     settings = {"analyzer": analyzer, "title_boost": title_boost}  # only a new index takes
     made_with = {n: v for n, v in settings.items() if source(n).name == "COMMANDLINE"}

@@ -116,9 +116,8 @@ def summary_lines(summary: dict) -> list[str]:
         )
     if summary["vectors_dropped"]:
         lines.append(
-            f"rebuilt without vectors: the index held those of "
-            f"{', '.join(summary['vectors_dropped'])}; to keep them, rebuild with --model-set "
-            "NAME or --model DIR"
+            "rebuilt without vectors (--no-vectors): dropped those of "
+            f"{', '.join(summary['vectors_dropped'])}"
         )
     if not summary["vectors"] and not summary["vectors_dropped"]:
         lines.append(

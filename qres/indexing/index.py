@@ -23,7 +23,7 @@ from qres.indexing.pipeline import (
     index_questions,
     search_encoder,
 )
-from qres.indexing.sources import check_corpus, record_corpus
+from qres.indexing.sources import check_corpus, kept_model_dirs, record_corpus
 
 
 class Index:
@@ -41,22 +41,27 @@ class Index:
         *,
         model_set: str | None = None,
         backend: str | None = None,
+        no_vectors: bool = False,
         **settings,
     ) -> Index:
         """The index at ``index_dir`` (default ``$QRES_HOME/index``), created if missing
         (``settings``: analyzer, title_boost, ... as for :func:`qres.backends.open_backend`).
         The vectors stored are those of ``model_set`` (a set's name, as ``--model-set``)
         and ``model`` (a model directory); with neither, those of the models the index
-        holds, as ``qres index`` does."""
+        holds, as ``qres index`` does, a rebuild (``rebuild=True``) included unless
+        ``no_vectors``."""
         from qres import paths
         from qres.backends import open_backend
         from qres.encoders import model_set as sets
 
         models = [*(sets.model_dirs(model_set) if model_set else []), *([model] if model else [])]
+        if no_vectors and (models or not settings.get("rebuild")):
+            raise ValueError("no_vectors goes with rebuild=True, without model or model_set")
+        where = index_dir or paths.default_index_dir()
+        if settings.get("rebuild") and not models and not no_vectors:
+            models = list(kept_model_dirs(lambda: open_backend(backend, where)))
         encoders = [search_encoder(m) for m in models]  # a bad model creates nothing
-        store = open_backend(
-            backend, index_dir or paths.default_index_dir(), create=True, **settings
-        )
+        store = open_backend(backend, where, create=True, **settings)
         try:
             if not models:
                 encoders = [search_encoder(m) for m in index_model_dirs(store)]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from qres.backends.base import Backend, BackendError
 from qres.corpus.files import STDIN
+from qres.encoders.card import CARD_FILE
 
 CORPORA = "corpora"  # index metadata: the corpus files read into the index, oldest first
 
@@ -63,6 +64,20 @@ def held_model_dirs(open_index) -> list[str]:
             return index_model_dirs(live)
     except BackendError:
         return []
+
+
+def kept_model_dirs(open_index) -> tuple[Path, ...]:
+    """The model directories a rebuild of the index ``open_index()`` opens keeps: its own,
+    each of which must still be a model."""
+    held = held_model_dirs(open_index)
+    for model_dir in held:
+        if not Path(model_dir, CARD_FILE).is_file():
+            raise BackendError(
+                f"the index's model {model_dir or '(unrecorded)'} is gone, so a rebuild cannot "
+                "keep its vectors: rebuild with --model-set NAME or --model DIR, or with "
+                "--no-vectors for BM25 alone"
+            )
+    return tuple(Path(d) for d in held)
 
 
 def record_corpus(backend: Backend, corpus: str | Path) -> None:
