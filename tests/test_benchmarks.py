@@ -102,6 +102,17 @@ def test_pipeline_latency_times_each_first_stage_over_an_index(tmp_path):
     assert result["hybrid_dense_first_stage_over_bm25_candidates_p50"] > 0
 
 
+def test_ctrl_c_stress_presses_ctrl_c_as_a_terminal_does(tmp_path):
+    demo = REPO / "qres" / "data" / "demo" / "questions.tsv"
+    result = bench(
+        "ctrl_c_stress.py", "--corpus", demo, "--index-dir", tmp_path / "ix", "--model", MODEL,
+        "--runs", 2, "--from", 0.3, "--to", 0.8,
+    )  # fmt: skip
+    assert len(result["runs"]) == 2 and result["outlived"] == 0
+    for run in result["runs"]:  # stopped by Ctrl-C, or done before it was pressed
+        assert run["status"] == (130 if run["presses_while_running"] else 0), run
+
+
 def test_forum_indexing_runs_each_choice_as_a_user_would(tmp_path):
     demo = REPO / "qres" / "data" / "demo" / "questions.tsv"
     result = bench(

@@ -115,6 +115,33 @@ def test_the_interrupted_line_counts_as_a_person_reads(monkeypatch):
     )
 
 
+def test_a_ctrl_c_while_the_interrupted_line_is_written_does_not_cut_it_short(run):
+    """A second Ctrl-C that came while qres wrote its "interrupted:" line replaced it with
+    click's "Aborted!" and exit status 1 (1 of 16 double Ctrl-Cs of `qres index --rebuild`)."""
+    import click
+
+    from qres.cli import cli
+
+    class PressedAgain:  # Ctrl-C again as the line that says what was kept is made
+        def __format__(self, spec):
+            signal.raise_signal(signal.SIGINT)
+            return "what was kept"
+
+    @click.command("stopped")
+    @click.pass_obj
+    def stopped(obj):
+        obj.on_interrupt = PressedAgain()
+        raise KeyboardInterrupt
+
+    cli.add_command(stopped)
+    try:
+        result = run("stopped")
+    finally:
+        cli.commands.pop("stopped")
+    assert result.exit_code == 130, result.output
+    assert result.output.splitlines()[-1] == "interrupted: what was kept"
+
+
 def test_sigterm_during_rebuild_cleans_up_like_ctrl_c(tmp_path, corpus, monkeypatch, capsys):
     import qres.indexing.pipeline
     from qres.cli import main

@@ -504,6 +504,87 @@ def test_the_stages_wait_again_after_ctrl_c_cut_their_wait_short():
     assert done == [0, 1, 2]
 
 
+def test_a_ctrl_c_while_the_stages_stop_does_not_cut_their_wait_short():
+    """Ctrl-C pressed twice: the second cut short the wait of the stages' stop (after the
+    first stopped the run), and the process ended while onnxruntime ran in a stage, which
+    aborted it ("terminate called without an active exception", exit status 134: 3 of 8
+    double Ctrl-Cs during `qres index --rebuild --model-set fast` of the travel forum)."""
+    import threading
+
+    from qres.indexing.pipeline import _Stages
+
+    running, pressed, done = threading.Event(), threading.Event(), []
+
+    def slow(item):  # ends only once Ctrl-C was pressed again
+        running.set()
+        pressed.wait(60)
+        time.sleep(0.2)
+        done.append(item)
+
+    stages = _Stages([slow])
+    stages.put(0)
+    assert running.wait(10)
+    main = threading.main_thread().ident
+
+    def press_again() -> None:  # once the stop has begun
+        while stages._error is None:
+            time.sleep(0.01)
+        signal.pthread_kill(main, signal.SIGINT)
+        pressed.set()
+
+    presser = threading.Thread(target=press_again)
+    presser.start()
+    try:
+        stages.stop()
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C cut the stages' stop short")
+    finally:
+        presser.join()
+    assert done == [0]
+
+
+def test_a_ctrl_c_while_the_workers_shut_down_does_not_cut_it_short(tmp_path):
+    """A second Ctrl-C cut the pool's shutdown short: a worker then waited for the message
+    to end for ever, and `qres index` waited for the worker as it exited (a hang after
+    "interrupted: ...")."""
+    import multiprocessing
+    import multiprocessing.connection
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from qres.indexing.pipeline import _shut_down
+
+    started, pressed = tmp_path / "started", tmp_path / "pressed"
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    assert pool.submit(os.getpid).result(timeout=60) > 0  # its worker is up
+    (worker,) = [p for p in multiprocessing.active_children() if p.pid in pool._processes]
+    # the batch in hand as the run stops: it ends only once Ctrl-C was pressed again
+    pool.submit(os.system, f"touch {started}; until [ -e {pressed} ]; do sleep 0.02; done")
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:  # in the worker's hands
+        time.sleep(0.01)
+    assert started.exists(), "the worker did not start the batch"
+    main = threading.main_thread().ident
+
+    def press_again() -> None:  # once the shutdown has begun
+        while not pool._shutdown_thread:
+            time.sleep(0.01)
+        signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.2)
+        pressed.touch()
+
+    presser = threading.Thread(target=press_again)
+    presser.start()
+    try:
+        _shut_down(pool)
+    except KeyboardInterrupt:
+        pytest.fail("a Ctrl-C cut the workers' shutdown short")
+    finally:
+        presser.join()
+        pressed.touch()
+    assert multiprocessing.connection.wait([worker.sentinel], timeout=0)  # it has ended
+
+
 def test_ctrl_c_writes_the_batch_being_encoded_and_drops_those_not_yet_encoded():
     """The first Ctrl-C waited for every batch read to be encoded (45 s for the travel forum
     with the fast set); it now ends after the one in hand, which is written."""

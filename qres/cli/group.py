@@ -26,9 +26,8 @@ COMMITTED_IS_KEPT = "everything committed before this point is kept"
 class Context:
     def __init__(self, index_dir: Path, backend: str | None, as_json: bool, device: str | None):
         self.index_dir, self.backend_name, self.as_json = index_dir, backend, as_json
-        # What an interruption (Ctrl-C, SIGTERM) leaves behind, said when it happens.
-        self.on_interrupt = COMMITTED_IS_KEPT
         self.device = device
+        self.on_interrupt = COMMITTED_IS_KEPT  # what a Ctrl-C or SIGTERM leaves, said then
 
     def load_encoder(self, model_dir: Path):
         return load_encoder(model_dir, self.device)
@@ -110,6 +109,7 @@ class QresGroup(click.Group):
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
         except KeyboardInterrupt as stop:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C again: no "Aborted!", exit 1
             kept = getattr(ctx.obj, "on_interrupt", COMMITTED_IS_KEPT)
             console.print(f"interrupted: {kept}")
             sys.exit(143 if isinstance(stop, Terminated) else 130)

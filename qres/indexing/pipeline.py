@@ -306,7 +306,7 @@ def index_questions(
     finally:
         stages.stop()
         if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            _shut_down(pool)
         for path in handover:
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -319,6 +319,17 @@ def index_questions(
     report.indexed -= report.duplicates
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _shut_down(pool: ProcessPoolExecutor) -> None:
+    """Shut ``pool`` down and wait for its workers to end (each once it has prepared the batch
+    in hand) whatever Ctrl-C is pressed: cut short, it left a worker and then this process
+    waiting for ever. Waited for by their processes (a join of the pool's thread cut short
+    is not to be trusted: :class:`_Stages`), not killed (one killed mid-answer hangs the pool)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    _uncut(lambda: pool.shutdown(wait=False, cancel_futures=True))
+    for worker in workers:
+        _uncut(worker.join)
 
 
 class _Preparer:
@@ -464,16 +475,25 @@ class _Stages:
 
     def stop(self) -> None:
         """Like :meth:`finish` after an error: the batches not yet through are dropped, the
-        threads end, nothing is raised."""
+        threads end (each after its current run), nothing is raised; Ctrl-C does not cut it
+        short (the process must not end while a stage runs)."""
         self._error = self._error or _Stopped()
-        self._close()
+        _uncut(self._close)
         for ended in self._ended:
-            ended.wait()
+            _uncut(ended.wait)
 
     def _close(self) -> None:
         if not self._closed:
             self._queues[0].put(_DONE)  # waits for room: a Ctrl-C here leaves it unsent
             self._closed = True
+
+
+def _uncut(wait: Callable[[], object]) -> None:
+    """``wait()``, called again each time a Ctrl-C cuts it short."""
+    while True:
+        with contextlib.suppress(KeyboardInterrupt):
+            wait()
+            return
 
 
 class _Dropped(Exception):
@@ -602,7 +622,7 @@ def check_keeps_vectors(backend: Backend, encoder) -> None:
     if not _encoders(encoder) and held and backend.count() > 0:
         raise BackendError(
             f"this index stores dense vectors of {_named(held)}: {_pass_all(held)} "
-            "(or --rebuild without vectors)"
+            "(or --rebuild --no-vectors)"
         )
 
 
