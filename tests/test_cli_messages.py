@@ -142,6 +142,42 @@ def test_a_ctrl_c_while_the_interrupted_line_is_written_does_not_cut_it_short(ru
     assert result.output.splitlines()[-1] == "interrupted: what was kept"
 
 
+def _run_command_raising(run, error: BaseException):
+    import click
+
+    from qres.cli import cli
+
+    @click.command("loads")
+    def loads():
+        raise error
+
+    cli.add_command(loads)
+    try:
+        return run("loads")
+    finally:
+        cli.commands.pop("loads")
+
+
+def test_a_ctrl_c_while_onnxruntime_loads_is_an_interruption_not_a_traceback(run):
+    """onnxruntime's native module, loading when Ctrl-C came, raises ImportError("initialization
+    failed") from the KeyboardInterrupt: `qres index` printed that traceback with exit 1 (4 of
+    21 Ctrl-Cs pressed 0.19-0.22 s into a demo rebuild)."""
+    try:
+        raise ImportError("initialization failed") from KeyboardInterrupt()
+    except ImportError as err:
+        failed_load = err
+    result = _run_command_raising(run, failed_load)
+    assert result.exit_code == 130, result.output
+    assert result.output.splitlines()[-1] == (
+        "interrupted: everything committed before this point is kept"
+    )
+
+
+def test_an_import_error_that_no_ctrl_c_caused_is_not_called_an_interruption(run):
+    with pytest.raises(ImportError, match="initialization failed"):
+        _run_command_raising(run, ImportError("initialization failed"))
+
+
 def test_sigterm_during_rebuild_cleans_up_like_ctrl_c(tmp_path, corpus, monkeypatch, capsys):
     import qres.indexing.pipeline
     from qres.cli import main

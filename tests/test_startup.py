@@ -89,3 +89,24 @@ def test_ctrl_c_while_the_command_line_loads_ends_quietly():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert (done.returncode, done.stderr, done.stdout) == (130, "", "")
+
+
+def test_ctrl_c_pressed_again_as_the_loading_command_line_exits_ends_it_quietly():
+    """A second Ctrl-C as `qres` exited after the first ended it by the signal (status -2)."""
+    code = (
+        "import signal, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'qres.cli.group': raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "leave = sys.exit\n"
+        "def pressed_again(status):\n"  # the second Ctrl-C, as the first one's exit begins
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    leave(status)\n"
+        "sys.exit = pressed_again\n"
+        "from qres.cli import main\n"
+        "sys.argv = ['qres', '--version']\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "", "")

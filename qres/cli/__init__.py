@@ -17,6 +17,7 @@ def main() -> None:
     try:
         from qres.cli.group import main as run
     except KeyboardInterrupt:  # pressed while the modules load: nothing has started yet
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # pressed again: no exit by the signal
         sys.exit(130)
     try:
         run()

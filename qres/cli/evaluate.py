@@ -9,13 +9,13 @@ import click
 from qres.cli.given_options import refuse_given
 from qres.cli.group import (
     Context,
-    _with_model_set,
     console,
     dense_candidates_option,
     json_option,
     model_set_option,
 )
 from qres.cli.scores import dataset_options, print_comparison, print_evaluations, with_comparison
+from qres.encoders.model_set import with_model_set
 
 
 def _accuracy_cutoffs(_ctx, _param, values) -> tuple[int, ...]:
@@ -195,7 +195,7 @@ def evaluate(
     from qres.evaluation import runner as ev
     from qres.evaluation.rankers import open_eval_index
 
-    models = _with_model_set(model_set, models)
+    models = with_model_set(model_set, models)
     if dataset != "stackexchange":
         refuse_given("links", why="only a forum (--dataset stackexchange) has duplicate links")
     if save_run is not None and not save_run.parent.is_dir():

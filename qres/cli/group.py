@@ -108,7 +108,11 @@ class QresGroup(click.Group):
         except ValueError as err:  # what the search engine reports as a failure
             click.echo(f"error: {err}", err=True)
             sys.exit(1)
-        except KeyboardInterrupt as stop:
+        except (KeyboardInterrupt, ImportError) as err:
+            # a Ctrl-C while onnxruntime's native module loads comes as an ImportError from it
+            stop = err.__cause__ if isinstance(err, ImportError) else err
+            if not isinstance(stop, KeyboardInterrupt):
+                raise
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C again: no "Aborted!", exit 1
             kept = getattr(ctx.obj, "on_interrupt", COMMITTED_IS_KEPT)
             console.print(f"interrupted: {kept}")
@@ -235,14 +239,6 @@ def index_fusion_option(exists: bool):
         "--cv K --model A --model B --out FILE`) [default: the model's fusion.json; equal "
         "weights for an index of several models; a model set's own fusion for its models].",
     )
-
-
-def _with_model_set(model_set: str | None, models) -> tuple[Path, ...]:
-    if model_set is None:
-        return tuple(models)
-    from qres.encoders import model_set as sets
-
-    return (*sets.model_dirs(model_set), *models)
 
 
 def main() -> None:

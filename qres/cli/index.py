@@ -11,7 +11,6 @@ from qres.backends.base import index_models
 from qres.cli.given_options import not_nan
 from qres.cli.group import (
     Context,
-    _with_model_set,
     console,
     json_option,
     model_set_option,
@@ -28,6 +27,7 @@ from qres.cli.output import (
 from qres.corpus import duplicate_links
 from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import FORMATS, ReadStats
+from qres.encoders.model_set import with_model_set
 
 
 @click.command()
@@ -162,7 +162,7 @@ def index(
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     committed = [0]  # questions written: index_questions commits them before it ends or stops
-    models = _with_model_set(model_set, models)
+    models = with_model_set(model_set, models)
     if no_vectors and (models or not rebuild):
         raise click.UsageError("--no-vectors goes with --rebuild, without --model or --model-set")
     if rebuild and not models and not no_vectors:  # encoding a forum again can take hours

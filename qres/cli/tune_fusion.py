@@ -14,13 +14,13 @@ from rich.table import Table
 from qres.cli.given_options import given, refuse_given
 from qres.cli.group import (
     Context,
-    _with_model_set,
     console,
     dense_candidates_option,
     json_option,
     model_set_option,
     stdout,
 )
+from qres.encoders.model_set import with_model_set
 
 
 @click.command("tune-fusion")
@@ -139,7 +139,7 @@ def tune_fusion_command(
     from qres.evaluation.fusion_fit import candidate_scores, tune_fusion
     from qres.evaluation.rankers import open_eval_index
 
-    models = _with_model_set(model_set, models)
+    models = with_model_set(model_set, models)
     if not models:
         raise click.BadParameter("give --model DIR or --model-set", param_hint="--model")
     if forum is not None and (dataset != "semeval2016" or folds is None):

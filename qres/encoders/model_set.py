@@ -170,6 +170,11 @@ def model_dirs(set_name: str = "default") -> list[Path]:
     return dirs
 
 
+def with_model_set(set_name: str | None, model_dirs_given) -> tuple[Path, ...]:
+    """The model directories of set ``set_name`` (none for None), then ``model_dirs_given``."""
+    return (*(model_dirs(set_name) if set_name else ()), *model_dirs_given)
+
+
 def model_set_of(fingerprints: list[str]) -> str | None:
     """The name of the set whose models are exactly ``fingerprints``, else None."""
     for name in names():
