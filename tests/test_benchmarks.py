@@ -423,3 +423,19 @@ def test_real_text_writes_the_same_dump_for_any_number_of_workers(
     assert questions[-1].title != questions[(n - 1) % 41_803].title  # a variant, words varied
     links = duplicate_links.read(tmp_path / "two" / "PostLinks.xml")
     assert 0 < two["duplicate_links"] == len(links) < 400
+
+
+def test_prune_sync_drops_the_deleted_questions_that_a_plain_run_keeps(shared_data, tmp_path):
+    result = bench(
+        "prune_sync.py", "--dump", shared_data / "stackexchange-travel", "--work", tmp_path / "w",
+        "--deleted", 0.05, "--model", MODEL,
+    )  # fmt: skip
+    runs, deleted = result["runs"], result["deleted"]
+    assert deleted == 4919 // 20 and runs["prune"]["pruned"] == deleted
+    assert runs["prune"]["index_size"] == runs["rebuild"]["index_size"] == 4919 - deleted
+    assert (
+        runs["neither"]["index_size"] == 4919
+        and runs["neither"]["deleted_found_by_their_titles"] > 0
+    )
+    assert runs["prune"]["deleted_found_by_their_titles"] == 0
+    assert runs["rebuild"]["deleted_found_by_their_titles"] == 0

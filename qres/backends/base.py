@@ -7,7 +7,7 @@ for each backend, so "same behaviour on every backend" is checked, not hoped for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,6 +160,10 @@ class Backend(ABC):
         """Remove questions by id; unknown ids are ignored."""
 
     @abstractmethod
+    def ids_not_in(self, ids: Collection[str]) -> list[str]:
+        """The ids of the committed questions that ``ids`` does not name."""
+
+    @abstractmethod
     def commit(self) -> None:
         """Make everything upserted or deleted so far durable and visible to searches."""
 
@@ -200,6 +204,8 @@ class Backend(ABC):
     @abstractmethod
     def metadata(self) -> dict:
         """Index-level metadata (model fingerprint, vector dims, …)."""
+
+    metadata_is_local: bool = False  # whether metadata() is read without a request (per search)
 
     @abstractmethod
     def set_metadata(self, values: dict) -> None:

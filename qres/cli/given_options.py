@@ -28,3 +28,13 @@ def not_nan(_ctx, _param, value: float) -> float:
     if value != value:
         raise click.BadParameter("nan is not a number")
     return value
+
+
+def refuse_conflicting(links_file, no_links, prune, rebuild, mix, no_vectors, models) -> None:
+    """``qres index``'s options that rule each other out (``models``: any given)."""
+    if links_file and no_links:
+        raise click.UsageError("--links FILE and --no-links: give one or the other")
+    if prune and (rebuild or mix):  # a rebuild holds the file's questions alone already
+        raise click.UsageError("--prune goes without --rebuild and --add-to-existing")
+    if no_vectors and (models or not rebuild):
+        raise click.UsageError("--no-vectors goes with --rebuild, without --model or --model-set")

@@ -8,20 +8,15 @@ from pathlib import Path
 import click
 
 from qres.backends.base import index_models
-from qres.cli.given_options import not_nan
-from qres.cli.group import (
-    Context,
-    console,
-    json_option,
-    model_set_option,
-)
+from qres.cli.given_options import not_nan, refuse_conflicting
+from qres.cli.group import Context, json_option, model_set_option
 from qres.cli.output import (
     QuestionsDone,
     committed_line,
     counted_when_interrupted,
     progress_display,
     said_if_swapped,
-    summary_lines,
+    say_indexed,
     writing_first,
 )
 from qres.corpus import duplicate_links
@@ -91,6 +86,12 @@ from qres.encoders.model_set import with_model_set
 )
 @click.option("--no-links", is_flag=True, help="Read no duplicate links, not even beside CORPUS.")
 @click.option(
+    "--prune",
+    is_flag=True,
+    help="Once the whole file is read, delete the questions the index holds that it no longer "
+    "does (a newer dump of the same forum): a forum's deletions without a --rebuild.",
+)
+@click.option(
     "--add-to-existing",
     "mix",
     is_flag=True,
@@ -115,6 +116,7 @@ def index(
     links_file,
     no_links,
     mix,
+    prune,
 ):
     """Index the questions of CORPUS (re-running replaces questions by id).
 
@@ -141,6 +143,7 @@ def index(
       qres index qres/data/demo/questions.tsv --model-set minilm \\
           --model qres/models/default --index-dir ~/qres-demo-gru
     """
+    from qres.indexing import pruning
     from qres.indexing.compaction import compact_if_mostly_dead
     from qres.indexing.pipeline import (
         check_keeps_vectors,
@@ -156,15 +159,12 @@ def index(
         record_corpus,
     )
 
-    if links_file and no_links:
-        raise click.UsageError("--links FILE and --no-links: give one or the other")
+    models = with_model_set(model_set, models)
+    refuse_conflicting(links_file, no_links, prune, rebuild, mix, no_vectors, models)
     obj.on_interrupt = committed_line(0)
     if rebuild:
         obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
     committed = [0]  # questions written: index_questions commits them before it ends or stops
-    models = with_model_set(model_set, models)
-    if no_vectors and (models or not rebuild):
-        raise click.UsageError("--no-vectors goes with --rebuild, without --model or --model-set")
     if rebuild and not models and not no_vectors:  # encoding a forum again can take hours
         models = kept_model_dirs(obj.open)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
@@ -181,6 +181,8 @@ def index(
         if not rebuild:
             check_made_with(backend, made_with)
         check_corpus(backend, corpus, mix)
+        if prune:
+            pruning.check_prunable(backend, corpus)
         encoders = given
         if not models and not rebuild:  # the models the index was built with, as search does
             encoders = [search_encoder(m, obj.device) for m in index_model_dirs(backend)]
@@ -196,6 +198,8 @@ def index(
         closed_read = [0]
         questions = duplicate_links.attach(questions, closed)
         questions = duplicate_links.counting(questions, closed, closed_read)
+        read_ids: set[str] = set()
+        questions = pruning.noting_ids(questions, read_ids) if prune else questions
         advance = QuestionsDone(progress, corpus, read_as)
 
         def written(n: int) -> None:  # once questions go in
@@ -216,6 +220,7 @@ def index(
             )
             record_corpus(backend, corpus)
             advance.finish()
+        pruned = pruning.prune(backend, read_ids, corpus, stats.skipped) if prune else 0
         added = [m for m in index_models(backend.metadata()) if m["model_fingerprint"] not in held]
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()
@@ -239,12 +244,6 @@ def index(
         "vectors_dropped": [Path(d).name for d in dropped] if encoder is None else [],
         "models_added": [Path(m.get("model_dir") or "?").name for m in added],
         "questions_given_new_vectors": report.given_new_models,
+        "pruned": pruned,
     }
-    warning = duplicate_links.closes_none(links_file, len(closed), closed_read[0])
-    if obj.as_json:
-        obj.emit(summary)
-    else:  # links that close nothing: the warning, not a line claiming their effect
-        for line in summary_lines({**summary, **({"duplicate_links": None} if warning else {})}):
-            console.print(line, highlight=False, markup=False)
-    if warning:
-        console.print(warning, highlight=False, markup=False)
+    say_indexed(obj, summary, duplicate_links.closes_none(links_file, len(closed), closed_read[0]))

@@ -132,8 +132,23 @@ def summary_lines(summary: dict) -> list[str]:
     if summary["compacted_dead_vector_rows"]:
         rows = summary["compacted_dead_vector_rows"]
         lines.append(f"compacted the index: {rows:,} dead vector rows reclaimed")
+    if summary["pruned"]:
+        pruned = summary["pruned"]
+        lines.append(f"pruned {pruned:,} question{'s' * (pruned != 1)} {name} no longer holds")
     lines += [f"  skipped: {problem}" for problem in summary["skipped_examples"]]
     return lines
+
+
+def say_indexed(obj, summary: dict, warning: str | None) -> None:
+    """Print ``qres index``'s summary, as JSON or as lines, then ``warning`` (links that close
+    nothing: said instead of the line claiming their effect)."""
+    if obj.as_json:
+        obj.emit(summary)
+    else:
+        for line in summary_lines({**summary, **({"duplicate_links": None} if warning else {})}):
+            console.print(line, highlight=False, markup=False)
+    if warning:
+        console.print(warning, highlight=False, markup=False)
 
 
 def writing_first() -> None:

@@ -1,6 +1,7 @@
 """``qres.Index``: an index opened from Python to add questions to, as ``qres index`` does: a
 corpus file of another forum than the index holds is refused unless ``add_to_existing``, and
-``skip_bad`` skips malformed records.
+``skip_bad`` skips malformed records, and ``prune`` deletes the questions a newer dump of the
+forum no longer holds.
 
 with Index.open("travel-index", model_set="minilm") as index:
     index.add("dump/Posts.xml")  # a StackExchange dump: its PostLinks.xml is read too
@@ -16,6 +17,7 @@ from qres.backends.base import Backend
 from qres.corpus import duplicate_links
 from qres.corpus.contents import read_checked, saying_what_is_kept
 from qres.corpus.readers import Question, ReadStats
+from qres.indexing import pruning
 from qres.indexing.pipeline import (
     IndexReport,
     check_keeps_vectors,
@@ -79,6 +81,7 @@ class Index:
         *,
         add_to_existing: bool = False,
         skip_bad: bool = False,
+        prune: bool = False,
     ) -> IndexReport:
         """Add or replace ``questions`` (or those of a corpus file) by id; committed. A
         question closed as a duplicate is stored with its originals (search shows the
@@ -89,26 +92,36 @@ class Index:
         built from is refused (:class:`BackendError`, before anything is written) unless
         ``add_to_existing``, and is recorded once its questions are written; a malformed
         record stops the reading (:class:`CorpusError`, saying how many questions read
-        before it are in the index) unless ``skip_bad`` skips and counts it."""
+        before it are in the index) unless ``skip_bad`` skips and counts it. With ``prune``
+        (a file only, not in a rebuild), the questions held that the file, read whole, no
+        longer holds are deleted (:mod:`qres.indexing.pruning`; ``report.pruned``)."""
         if links is True:
             raise ValueError("links: a PostLinks.xml file, False (none) or None (a dump's own)")
+        if prune and (not isinstance(questions, str | Path) or add_to_existing):
+            raise ValueError("prune: a corpus file's questions alone, without add_to_existing")
+        if prune and self.backend.rebuilding:
+            raise ValueError("prune: a rebuild holds the file's questions alone already")
         if isinstance(questions, str | Path):
             return self._add_file(
-                Path(questions), batch_size, on_batch, links, add_to_existing, skip_bad
+                Path(questions), batch_size, on_batch, links, add_to_existing, skip_bad, prune
             )
         if links:
             questions = duplicate_links.attach(questions, duplicate_links.read(Path(links)))
         return index_questions(self.backend, questions, self.encoder, batch_size, on_batch=on_batch)
 
-    def _add_file(self, corpus: Path, batch_size, on_batch, links, mix: bool, skip_bad: bool):
+    def _add_file(self, corpus: Path, batch_size, on_batch, links, mix, skip_bad, prune):
         ways = "give it its own Index, or mix them with add_to_existing=True"
         check_corpus(self.backend, corpus, mix, ways)
+        if prune:
+            pruning.check_prunable(self.backend, corpus)
         stats = ReadStats()
         questions, fmt = read_checked(corpus, None, skip_bad, stats)
         links = duplicate_links.chosen(corpus, fmt, links)
         if links:
             closed = duplicate_links.read(links, hint="links=False: without them")
             questions = duplicate_links.attach(questions, closed)
+        read_ids: set[str] = set()
+        questions = pruning.noting_ids(questions, read_ids) if prune else questions
 
         def written(n: int) -> None:
             record_corpus(self.backend, corpus)  # once questions are in, as qres index does
@@ -122,6 +135,8 @@ class Index:
             )
         record_corpus(self.backend, corpus)
         report.skipped, report.problems = stats.skipped, stats.problems
+        if prune:
+            report.pruned = pruning.prune(self.backend, read_ids, corpus, stats.skipped)
         return report
 
     def count(self) -> int:

@@ -63,6 +63,7 @@ class IndexReport:
     seconds: float = 0.0
     skipped: int = 0  # malformed records skipped (skip_bad)
     problems: list[str] = field(default_factory=list)  # the first few of them
+    pruned: int = 0  # questions deleted as the file no longer holds them (prune)
 
     @property
     def docs_per_second(self) -> float:

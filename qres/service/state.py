@@ -4,6 +4,7 @@ writer and the Prometheus metrics."""
 import asyncio
 import logging
 import os
+import threading
 import time
 from urllib.parse import quote
 
@@ -14,12 +15,15 @@ from qres.backends import open_backend
 from qres.backends.base import BackendError, index_models
 from qres.corpus.duplicate_links import names_originals
 from qres.corpus.readers import Question
+from qres.encoders.runtime import EncoderError
 from qres.indexing.group_commit import Delete, GroupCommitWriter, Upsert
 from qres.ranking.search import SearchPipeline, model_labels, search_log_record
 from qres.service.config import ServiceConfig
 from qres.service.schemas import ApiError
 
 log = logging.getLogger("qres.serve")
+MODELS_CHECKED_EVERY = 1.0  # seconds: the index's models read again (a request to a cluster)
+REBUILT = "the index was rebuilt with other models since this server loaded its own: "
 
 
 class Metrics:
@@ -74,23 +78,12 @@ class Service:
                 raise BackendError(
                     "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
                 )
-            # requests run side by side: one onnxruntime thread each
-            self.pipeline = SearchPipeline.for_index(
-                self.backend,
-                config.model,
-                candidates=config.candidates,
-                dense_candidates=config.dense_candidates,
-                threads=1,
-                fusion=config.fusion,
-                device=config.device,
-            )
+            self._use(self._pipeline())
         except BaseException:
             self.backend.close()
             raise
-        self.encoder = self.pipeline.encoder
-        self.model_names = model_labels(self.pipeline.encoders)
-        self.index_fingerprints = self._index_fingerprints()
-        self.default_mode = self.pipeline.mode
+        self._models_checked = time.monotonic()
+        self._reloading = threading.Lock()
         self.metrics = Metrics()
         # Two processes cannot append to one embedded index: with several workers it is
         # searched by all of them and written by none (Elasticsearch takes writes anywhere).
@@ -104,24 +97,68 @@ class Service:
         self.writer.close()
         self.backend.close()
 
+    def _pipeline(self) -> SearchPipeline:
+        config = self.config
+        return SearchPipeline.for_index(
+            self.backend,
+            config.model,
+            candidates=config.candidates,
+            dense_candidates=config.dense_candidates,
+            threads=1,  # requests run side by side: one onnxruntime thread each
+            fusion=config.fusion,
+            device=config.device,
+        )
+
+    def _use(self, pipeline: SearchPipeline) -> None:
+        self.pipeline, self.encoder = pipeline, pipeline.encoder
+        self.model_names = model_labels(pipeline.encoders)
+        self.index_fingerprints = self._index_fingerprints()
+        self.default_mode = pipeline.mode
+
     def _index_fingerprints(self) -> set[str]:
         return {m["model_fingerprint"] for m in index_models(self.backend.metadata())}
 
+    def follow_the_models(self, now: bool = False) -> None:
+        """Load the index's models where it was rebuilt with others (or none) since this
+        worker loaded its own, whose vectors no longer match (each search on an embedded
+        index; at most every :data:`MODELS_CHECKED_EVERY` seconds on a cluster, unless
+        ``now``). Where ``--model`` or ``--fusion`` chose them, or they cannot be loaded, the
+        modes with vectors answer 503."""
+        every = 0.0 if self.backend.metadata_is_local else MODELS_CHECKED_EVERY
+        if not now and time.monotonic() - self._models_checked < every:
+            return
+        self._models_checked = time.monotonic()
+        if self._index_fingerprints() == self.index_fingerprints:
+            return
+        with self._reloading:  # one request loads them; those beside it wait for them
+            if self._index_fingerprints() == self.index_fingerprints:
+                return
+            if self.config.model or self.config.fusion:
+                raise ApiError(503, REBUILT + "restart it to search with them (mode=bm25 answers).")
+            try:
+                pipeline = self._pipeline()
+            except (BackendError, EncoderError) as err:
+                log.warning("the index's new models could not be loaded: %s", err)
+                raise ApiError(503, f"{REBUILT}and they could not be loaded: {err}") from None
+            follows = self.pipeline.follow_duplicates
+            self._use(pipeline)
+            self.pipeline.follow_duplicates |= follows  # links this worker wrote meanwhile
+            log.info("the index was rebuilt: now searching with %s", self.model_names or "BM25")
+
     def check_same_models(self) -> None:
-        """A 503 saying to restart where the index was rebuilt with other models (or none)
-        since this worker loaded its own: their vectors no longer match its."""
-        if self._index_fingerprints() != self.index_fingerprints:
-            raise ApiError(
-                503,
-                "the index was rebuilt with other models since this server started: restart "
-                "it to search in modes with vectors (mode=bm25 still answers).",
-            )
+        """A 503 where the index was rebuilt with models this worker cannot follow."""
+        self.follow_the_models(now=True)
 
     # -- searching ---------------------------------------------------------------------------
 
     def search(
         self, title: str, body: str, k: int, mode: str | None, explain: bool, typing: bool = False
     ) -> dict:
+        try:
+            self.follow_the_models()
+        except ApiError:
+            if mode != "bm25":  # BM25 answers whatever models the index holds
+                raise
         mode = mode or self.default_mode
         if mode != "bm25" and self.encoder is None:
             raise ApiError(400, f"mode {mode} needs an index with vectors; this one has none.")
@@ -139,7 +176,7 @@ class Service:
                 searched, results = text, self.pipeline.search(text, k, mode, query_vector=vector)
         except Exception:
             if mode != "bm25":  # the likeliest cause, said as such; else the error as it is
-                self.check_same_models()
+                self.follow_the_models(now=True)
             raise
         seconds = time.perf_counter() - started
         self.metrics.search_seconds.labels(mode).observe(seconds)

@@ -109,6 +109,15 @@ class BackendContract:
         assert "u1" not in {h.id for h in backend.search("usb", 10)}
         assert backend.fetch(["u1"]) == {}
 
+    def test_ids_not_in_names_the_committed_questions_not_given(self, backend):
+        self.fill(backend)
+        assert sorted(backend.ids_not_in({"u1", "u3", "missing"})) == ["u2", "u4", "u5"]
+        assert sorted(backend.ids_not_in(set())) == ["u1", "u2", "u3", "u4", "u5"]
+        backend.delete(["u2"])
+        backend.upsert([QUESTIONS[0]])  # replaced, held once
+        backend.commit()
+        assert sorted(backend.ids_not_in({"u1"})) == ["u3", "u4", "u5"]
+
     def test_an_id_longer_than_every_backend_can_address_is_refused(self, backend):
         """Issue 34: ids over 65,530 bytes were stored by the embedded backend, yet could not
         be fetched, replaced or deleted. One limit everywhere: 512 bytes (UTF-8)."""

@@ -166,7 +166,7 @@ class TwoStepBackend(Backend):
     def metadata(self):
         return dict(META)
 
-    upsert = delete = commit = fetch = count = set_metadata = None
+    upsert = delete = ids_not_in = commit = fetch = count = set_metadata = None
 
 
 ENCODERS = (
@@ -441,3 +441,17 @@ def test_info_lists_every_vector_field_and_the_metadata_every_model(cluster):
     assert info["vector_dim"] == 4
     assert backend.metadata()["more_models"] == [MODEL_B]
     backend.close()
+
+
+def test_ids_not_in_reads_every_id_held_in_pages_sorted_by_id(one_model_cluster):
+    """Not a terms query of the ids given: a forum's would pass the cluster's 65,536 terms."""
+    assert one_model_cluster.backend().ids_not_in({"u1", "u3", "u9"}) == ["u2"]
+    searches = one_model_cluster.sent("POST", "/qres-questions/_search")
+    assert [s.body.get("search_after") for s in searches] == [None, ["u2"], ["u3"]]
+    assert searches[0].body == {
+        "query": {"match_all": {}},
+        "sort": [{"id": "asc"}],
+        "size": 10_000,
+        "_source": False,
+        "track_total_hits": False,
+    }

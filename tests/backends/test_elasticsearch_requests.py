@@ -704,7 +704,7 @@ class InMemoryBackend(Backend):
     def metadata(self):
         return {"model_fingerprint": "fake-model", "vector_dim": 4}
 
-    upsert = delete = commit = fetch = count = set_metadata = None
+    upsert = delete = ids_not_in = commit = fetch = count = set_metadata = None
 
 
 @pytest.fixture

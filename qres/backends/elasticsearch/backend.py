@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 import numpy as np
 from elastic_transport import ApiError as TransportApiError
@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INDEX = "qres-questions"
 DEFAULT_LOG_INDEX = "qres-search-log"
 _MGET_BATCH = 1000
+ID_PAGE = 10_000  # ids one page of ids_not_in reads (a cluster's most by default)
 
 
 class EsBackend(VersionedAlias, Searching, Backend):
@@ -388,6 +389,26 @@ class EsBackend(VersionedAlias, Searching, Backend):
     def delete(self, ids: Sequence[str]) -> None:
         actions = ({"_op_type": "delete", "_index": self._target, "_id": qid} for qid in ids)
         self._bulk(actions, len(ids), "deleted")
+
+    @_guarded
+    def ids_not_in(self, ids: Collection[str]) -> list[str]:
+        """Every id held is read, in pages sorted by id (a terms query of a forum's ids would
+        pass the cluster's limit of 65,536 terms)."""
+        named, missing, after = set(ids), [], None
+        while True:
+            page = self._client.search(
+                index=self._target,
+                query={"match_all": {}},
+                sort=[{"id": "asc"}],
+                search_after=after,
+                size=ID_PAGE,
+                source=False,
+                track_total_hits=False,
+            )["hits"]["hits"]
+            if not page:
+                return missing
+            after = page[-1]["sort"]
+            missing += [hit["_id"] for hit in page if hit["_id"] not in named]
 
     def _bulk(self, actions: Iterable[dict], total: int, done: str) -> None:
         """Send ``actions`` in batches; raise one BackendError naming the first failures."""

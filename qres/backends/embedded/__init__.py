@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -121,6 +121,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
 
     name = "embedded"
     several_models = True
+    metadata_is_local = True
 
     def __init__(self, path: str | Path, create: bool = False, rebuild: bool = False, **settings):
         """Open the index at ``path``; with ``create``, make it (``settings``: analyzer,
@@ -311,6 +312,18 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         writer = self._get_writer()
         for qid in ids:
             writer.delete_documents_by_term("id", qid)
+
+    def ids_not_in(self, ids: Collection[str]) -> list[str]:
+        self._follow_swaps()
+        searcher = self._snapshot.index.searcher()
+        query = tantivy.Query.all_query()
+        if ids:
+            named = id_query(self._schema, list(ids))
+            query = tantivy.Query.boolean_query(
+                [(tantivy.Occur.Must, query), (tantivy.Occur.MustNot, named)]
+            )
+        hits = searcher.search(query, max(1, searcher.num_docs), count=False).hits
+        return [searcher.doc(address).to_dict()["id"][0] for _, address in hits]
 
     def commit(self) -> None:
         try:
