@@ -168,3 +168,27 @@ def test_saved_forum_runs_score_the_same_with_compare_runs(tmp_path, monkeypatch
     scored = json.loads(result.stdout)
     assert scored["evaluations"][0]["metrics"] == direct["metrics"]
     assert scored["comparison"]["difference"] == 0.0
+
+
+def test_a_large_forum_is_measured_on_its_linked_questions_and_a_fixed_sample(tmp_path):
+    """qres adapt measures a forum of more than SEARCHED questions on part of it: every
+    question a duplicate link joins, then the others in an order fixed by their ids."""
+    from qres.evaluation.forum import sampled
+    from qres.evaluation.runner import eval_index_name, load_benchmark
+
+    forum = tmp_path / "forum"
+    write_forum(forum, [(10 + i, i, f"2013-0{i}-01T00:00:00.000", 3) for i in range(1, 4)])
+    text = (forum / "Posts.xml").read_text().replace("</posts>", "")  # 20 more, unlinked
+    text += "".join(
+        f'<row Id="{100 + i}" PostTypeId="1" Title="other {i}" Body="b" />\n' for i in range(20)
+    )
+    (forum / "Posts.xml").write_text(text + "</posts>\n")
+    whole = load_benchmark("stackexchange", "all", forum, links=False)
+    assert sampled(whole, 30) is whole and whole.searched is None  # 30 questions: all of them
+    part = sampled(whole, 12)
+    kept = [q.id for q in part.corpus()]
+    assert part.searched == len(kept) == 12 and part.queries == whole.queries
+    assert {"1", "2", "3", "11", "12", "13"} <= set(kept)  # the questions the links join
+    assert kept == [q.id for q in sampled(whole, 12).corpus()]  # the same sample each run
+    assert len({q.id for q in sampled(whole, 2).corpus()}) == 6  # never fewer than the linked
+    assert eval_index_name(part, "m") != eval_index_name(whole, "m")  # an index of its own

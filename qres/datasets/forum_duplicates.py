@@ -66,6 +66,11 @@ def _find(folder: Path, name: str) -> Path:
     raise CorpusError(folder / name, None, "not found: give the folder that holds the dump")
 
 
+def links_file(folder: Path) -> Path:
+    """The dump's ``PostLinks.xml`` (or ``.gz``) in ``folder``."""
+    return _find(folder, "PostLinks.xml")
+
+
 def load_forum_duplicates(data_dir: Path | None, split: str = "all") -> ForumDuplicates:
     """The duplicate queries of ``split`` (one of :data:`SPLITS`), with their questions."""
     if split not in SPLITS:

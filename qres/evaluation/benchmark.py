@@ -53,6 +53,9 @@ class Benchmark:
     # A title query searched as the widget sends a title being typed: its last word completed
     # (qres.ranking.completion).
     typing: bool = False
+    # A forum searched in part: its questions the duplicate links join and a sample of the
+    # rest, this many in all (qres.evaluation.forum.sampled); None: the whole forum.
+    searched: int | None = None
 
 
 class SetupError(ValueError):

@@ -27,7 +27,7 @@ import numpy as np
 from qres.backends.base import Backend
 from qres.datasets.forum_duplicates import held_out_cut
 from qres.evaluation.benchmark import Benchmark
-from qres.evaluation.forum import FORUM_DEPTH
+from qres.evaluation.forum import FORUM_DEPTH, sampled
 from qres.evaluation.fusion_fit import CandidateList, compare_fusions, fusion_from
 from qres.evaluation.rankers import ensure_index
 from qres.evaluation.runner import eval_index_name, load_benchmark
@@ -129,11 +129,15 @@ def tune(
     names: Sequence[str] | None = None,
     held_out: bool = False,
     links: bool = True,
+    searched: int | None = None,
 ) -> tuple[dict, Fusion]:
     """Cross-validate the fusions over the forum's train split (``held_out``: over its
-    newest tenth only, the queries ``qres train --hold-out`` kept from the encoder); (the
+    newest tenth only, the queries ``qres train --hold-out`` kept from the encoder;
+    ``searched``: a part of a large forum, :func:`qres.evaluation.forum.sampled`); (the
     comparison of :func:`compare_fusions`, the chosen fusion refitted on all those queries)."""
     benchmark = train_split(data_dir, held_out, links)
+    if searched is not None:
+        benchmark = sampled(benchmark, searched)
     if len(benchmark.queries) < folds:
         raise ValueError(
             f"{len(benchmark.queries)} queries cannot be cross-validated in {folds} folds"
@@ -144,6 +148,7 @@ def tune(
     result["record"]["originals"] = originals(benchmark)
     result["record"]["dense_candidates"] = dense_candidates
     result["record"]["held_out_only"] = held_out
+    result["record"]["searched"] = benchmark.searched  # None: the whole forum
     result["record"]["candidates_per_query"] = float(np.mean([len(c.labels) for c in lists]))
     result["record"]["originals_in_candidates"] = 100 * float(
         np.sum([c.labels.sum() for c in lists]) / max(1, sum(c.relevant for c in lists))

@@ -579,6 +579,8 @@ def eval_index_name(benchmark: Benchmark, key: str, part: str = "") -> str:
         where = str(benchmark.source.resolve())
         if benchmark.with_links:  # that index holds the forum's duplicate links as well
             where += "|links"
+        if benchmark.searched is not None:  # that index holds a part of the forum
+            where += f"|searched={benchmark.searched}"
         key += "-" + hashlib.sha1(where.encode()).hexdigest()[:8]
     return f"{benchmark.dataset}-{part}{key}"
 

@@ -272,6 +272,8 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
 ):
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
     forum = synthetic_forum(tmp_path / "travelish")
+    # a forum larger than what adapt searches: its 120 linked questions and 30 of the others
+    monkeypatch.setattr(forum_adapt, "SEARCHED", 150)
     # the zero-shot set compared against is the packaged MiniLM, converted once
     runner = CliRunner()
     first = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1"])
@@ -279,6 +281,7 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     lines = first.output.splitlines()
     assert any(
         line.startswith("before (the minilm set) and after, on the forum's newest 12 ")
+        and "each searching 150 of its questions (those its links join" in line
         for line in lines
     )
     assert any("question queries:" in line and "nDCG@10" in line for line in lines)
@@ -289,6 +292,8 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     assert record["members"] == [{"name": "minilm-adapted", "dir": "minilm-adapted"}]
     report = json.loads((target / "report.json").read_text())
     assert set(report["nDCG@10"]) == {"question", "title"} and report["queries"] == 12
+    assert report["searched"] == 150
+    assert json.loads((target / "fusion.json").read_text())["cv"]["searched"] == 150
     assert "mine" in model_set.names()
     (fingerprint,) = model_set.expected_fingerprints("mine").values()
     # the fusion it fitted is the one search and evaluation find for its model, not the default

@@ -25,7 +25,8 @@ Example:
 FORUM is a StackExchange dump's folder, with Posts.xml and PostLinks.xml (.gz
 or plain). Its duplicate links are split by time: the oldest 80% train (their
 newest tenth held out to fit the fusion), the newest 20% measure before and
-after.
+after, each searching the whole forum (a forum of more than 20,000 questions:
+those its links join and a fixed sample of the rest, 20,000 in all).
 Each step is kept as it finishes, and fine-tuning saves a checkpoint every 20
 steps: run the same command again to resume after a crash or Ctrl-C. Needs
 the models extra (torch); a GPU is used when torch sees one. The travel forum
@@ -127,9 +128,16 @@ def adapt(forum: Path, name: str | None, epochs: int, device: str, again: bool, 
 
 
 def _print_report(report: dict, plan) -> None:
+    searched = report.get("searched")  # None: each searched the whole forum
+    part = (
+        f", each searching {searched:,} of its questions (those its links join and a fixed "
+        "sample of the rest: figures run higher than over the whole forum)"
+        if searched
+        else ""
+    )
     click.echo(
         f"before (the minilm set) and after, on the forum's newest {report['queries']} "
-        "duplicates, their text alone (links not followed):"
+        f"duplicates, their text alone (links not followed){part}:"
     )
     for form in ("question", "title"):
         ndcg, recall = report["nDCG@10"][form], report["R@100"][form]
