@@ -75,11 +75,11 @@ def test_help_still_lists_the_lazily_loaded_commands(run):
         assert f"  {name} " in listed
 
 
-def test_ctrl_c_while_the_command_line_loads_ends_quietly():
-    """Ctrl-C in the first moments of `qres ...`, while its modules load, gave a traceback."""
+def run_qres_pressing_ctrl_c_as_it_loads(before: str = "") -> subprocess.CompletedProcess:
+    """`qres --version` with a Ctrl-C pressed while the group's modules are imported (after
+    the code ``before``)."""
     code = (
-        "import sys\n"
-        "class Interrupt:\n"  # a Ctrl-C pressed while the group's modules are imported
+        "import signal, sys\n" + before + "class Interrupt:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'qres.cli.group': raise KeyboardInterrupt\n"
         "sys.meta_path.insert(0, Interrupt())\n"
@@ -87,26 +87,23 @@ def test_ctrl_c_while_the_command_line_loads_ends_quietly():
         "sys.argv = ['qres', '--version']\n"
         "main()\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_quietly():
+    """Ctrl-C in the first moments of `qres ...`, while its modules load, gave a traceback."""
+    done = run_qres_pressing_ctrl_c_as_it_loads()
     assert (done.returncode, done.stderr, done.stdout) == (130, "", "")
 
 
 def test_ctrl_c_pressed_again_as_the_loading_command_line_exits_ends_it_quietly():
     """A second Ctrl-C as `qres` exited after the first ended it by the signal (status -2)."""
-    code = (
-        "import signal, sys\n"
-        "class Interrupt:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'qres.cli.group': raise KeyboardInterrupt\n"
-        "sys.meta_path.insert(0, Interrupt())\n"
+    pressed_again = (  # the second Ctrl-C, as the first one's exit begins
         "leave = sys.exit\n"
-        "def pressed_again(status):\n"  # the second Ctrl-C, as the first one's exit begins
+        "def pressed_again(status):\n"
         "    signal.raise_signal(signal.SIGINT)\n"
         "    leave(status)\n"
         "sys.exit = pressed_again\n"
-        "from qres.cli import main\n"
-        "sys.argv = ['qres', '--version']\n"
-        "main()\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = run_qres_pressing_ctrl_c_as_it_loads(pressed_again)
     assert (done.returncode, done.stderr, done.stdout) == (130, "", "")
