@@ -104,3 +104,21 @@ def test_a_server_given_its_model_says_to_restart_after_a_rebuild_with_another(t
         )
         assert http.get("/readyz").status_code == 503
         assert http.get("/search", params={"q": "boot usb", "mode": "bm25"}).status_code == 200
+
+
+def test_new_models_that_cannot_be_loaded_are_a_503_saying_why(tmp_path):
+    index, model = build_demo_index(tmp_path / "index"), other_model(tmp_path)
+    with (
+        Server(index, log=tmp_path / "server.log") as server,
+        httpx.Client(base_url=server.url, timeout=30) as http,
+    ):
+        rebuild(index, "--model", str(model))
+        shutil.rmtree(model)  # the index names a model directory that is gone
+        answer = http.get("/search", params={"q": "boot usb"})
+        assert answer.status_code == 503, answer.text
+        assert (
+            "rebuilt with other models since this server loaded its own, and they cannot be "
+            in (answer.json()["error"])
+        )
+        assert http.get("/readyz").status_code == 503
+        assert http.get("/search", params={"q": "boot usb", "mode": "bm25"}).status_code == 200

@@ -23,7 +23,7 @@ from qres.service.schemas import ApiError
 
 log = logging.getLogger("qres.serve")
 MODELS_CHECKED_EVERY = 1.0  # seconds: the index's models read again (a request to a cluster)
-REBUILT = "the index was rebuilt with other models since this server loaded its own: "
+REBUILT = "the index was rebuilt with other models since this server loaded its own"
 
 
 class Metrics:
@@ -134,12 +134,16 @@ class Service:
             if self._index_fingerprints() == self.index_fingerprints:
                 return
             if self.config.model or self.config.fusion:
-                raise ApiError(503, REBUILT + "restart it to search with them (mode=bm25 answers).")
+                raise ApiError(
+                    503, f"{REBUILT}: restart it to search with them (mode=bm25 answers)."
+                )
             try:
                 pipeline = self._pipeline()
             except (BackendError, EncoderError) as err:
                 log.warning("the index's new models could not be loaded: %s", err)
-                raise ApiError(503, f"{REBUILT}and they could not be loaded: {err}") from None
+                raise ApiError(
+                    503, f"{REBUILT}, and they cannot be loaded ({err}); mode=bm25 answers."
+                ) from None
             follows = self.pipeline.follow_duplicates
             self._use(pipeline)
             self.pipeline.follow_duplicates |= follows  # links this worker wrote meanwhile
