@@ -16,6 +16,7 @@ candidates missed is kept, so nDCG@10 and recall count them as misses.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterator
 from dataclasses import replace
@@ -61,20 +62,30 @@ def sampled(benchmark: Benchmark, searched: int) -> Benchmark:
     others in an order fixed by their ids (a sample that is the same on every run), so that
     a large forum is measured in bounded time. Scores then run higher than over the whole
     forum (fewer questions to confuse), for every model alike."""
-    ids = [q.id for q in benchmark.corpus()]
-    if len(ids) <= searched:
+    posts = benchmark.source
+    stat = posts.stat()
+    kept = _sample(posts, benchmark.folder, searched, (stat.st_mtime_ns, stat.st_size))
+    if kept is None:
         return benchmark
-    links = duplicate_links.read_links(forum_duplicates.links_file(benchmark.folder))
-    joined = {i for duplicate, original, _ in links for i in (duplicate, original)}
-    held = set(ids)
-    kept = joined & held
-    rest = sorted(held - kept, key=lambda i: (zlib.crc32(i.encode()), i))
-    kept |= set(rest[: max(0, searched - len(kept))])
 
     def corpus() -> Iterator:
         return (q for q in benchmark.corpus() if q.id in kept)
 
     return replace(benchmark, corpus=corpus, searched=len(kept))
+
+
+@functools.lru_cache(maxsize=8)
+def _sample(posts: Path, folder: Path, searched: int, _stamp) -> frozenset[str] | None:
+    """The ids :func:`sampled` keeps (None: the forum holds no more than ``searched``), worked
+    out once per dump (``_stamp``: its modification time and size) and reused by each query
+    form and by the fusion's fit, which read the whole dump for it."""
+    held = {q.id for q in read_corpus(posts, "stackexchange")}
+    if len(held) <= searched:
+        return None
+    links = duplicate_links.read_links(forum_duplicates.links_file(folder))
+    kept = {i for duplicate, original, _ in links for i in (duplicate, original)} & held
+    rest = sorted(held - kept, key=lambda i: (zlib.crc32(i.encode()), i))
+    return frozenset(kept | set(rest[: max(0, searched - len(kept))]))
 
 
 def score_forum(benchmark: Benchmark, ranker: str, tops: list) -> Evaluation:

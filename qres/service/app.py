@@ -293,7 +293,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     def readyz():
         """Readiness: the index answers and every model is loaded."""
         questions = service.backend.count()  # BackendError (cluster down) → 503
-        service.check_same_models()  # rebuilt with other models: loaded, or a 503
+        service.follow_the_models(now=True)  # rebuilt with other models: loaded, or a 503
         encoders = service.pipeline.encoders
         models = [
             {"name": name, "fingerprint": e.fingerprint}

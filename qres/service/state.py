@@ -78,7 +78,8 @@ class Service:
                 raise BackendError(
                     "--log-queries needs the Elasticsearch backend (--backend elasticsearch)"
                 )
-            self._use(self._pipeline())
+            held = self._index_fingerprints()
+            self._use(self._pipeline(), held)
         except BaseException:
             self.backend.close()
             raise
@@ -109,10 +110,12 @@ class Service:
             device=config.device,
         )
 
-    def _use(self, pipeline: SearchPipeline) -> None:
+    def _use(self, pipeline: SearchPipeline, index_fingerprints: set[str]) -> None:
+        """Search with ``pipeline``, loaded for the index's models ``index_fingerprints``
+        (read before it was loaded: a rebuild meanwhile is followed at the next check)."""
         self.pipeline, self.encoder = pipeline, pipeline.encoder
         self.model_names = model_labels(pipeline.encoders)
-        self.index_fingerprints = self._index_fingerprints()
+        self.index_fingerprints = index_fingerprints
         self.default_mode = pipeline.mode
 
     def _index_fingerprints(self) -> set[str]:
@@ -131,7 +134,8 @@ class Service:
         if self._index_fingerprints() == self.index_fingerprints:
             return
         with self._reloading:  # one request loads them; those beside it wait for them
-            if self._index_fingerprints() == self.index_fingerprints:
+            held = self._index_fingerprints()
+            if held == self.index_fingerprints:
                 return
             if self.config.model or self.config.fusion:
                 raise ApiError(
@@ -145,13 +149,9 @@ class Service:
                     503, f"{REBUILT}, and they cannot be loaded ({err}); mode=bm25 answers."
                 ) from None
             follows = self.pipeline.follow_duplicates
-            self._use(pipeline)
+            self._use(pipeline, held)
             self.pipeline.follow_duplicates |= follows  # links this worker wrote meanwhile
             log.info("the index was rebuilt: now searching with %s", self.model_names or "BM25")
-
-    def check_same_models(self) -> None:
-        """A 503 where the index was rebuilt with models this worker cannot follow."""
-        self.follow_the_models(now=True)
 
     # -- searching ---------------------------------------------------------------------------
 

@@ -318,7 +318,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         searcher = self._snapshot.index.searcher()
         query = tantivy.Query.all_query()
         if ids:
-            named = id_query(self._schema, list(ids))
+            named = id_query(self._schema, ids)
             query = tantivy.Query.boolean_query(
                 [(tantivy.Occur.Must, query), (tantivy.Occur.MustNot, named)]
             )
