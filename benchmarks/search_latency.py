@@ -21,7 +21,10 @@ runs 50 warm-up queries first. With ``--links-forum DIR`` (a dump's folder, e.g.
 forum) the same run also indexes that forum with its duplicate links (and ``--model``'s
 vectors) and times bm25, ranked alone, following the links and keeping duplicates as
 themselves (``links.following_over_keeping_p50``), and hybrid the same way with a model
-(``links.hybrid_following_over_keeping_p50``).
+(``links.hybrid_following_over_keeping_p50``). Following links in bm25 mode lets the first
+:data:`qres.ranking.duplicates.VOTERS` hits vote for their families, so the engine's own top
+``VOTERS`` against its top k (``links.bm25_engine_voters_over_k_p50``, the backend's search
+alone) is timed in the same loop: the least that following can cost over not following.
 
 * ``bm25s`` — one field holding the title twice and the body: bm25s's fast path (one
   posting list per query term). It is a different ranking function from qres's, which sums
@@ -59,6 +62,7 @@ from synthetic import SyntheticForum  # noqa: E402
 from qres.backends import BACKENDS, BackendError, open_backend  # noqa: E402
 from qres.indexing.pipeline import index_questions  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
+from qres.ranking import duplicates  # noqa: E402
 from qres.ranking.search import SearchPipeline  # noqa: E402
 from qres.text import bm25_terms  # noqa: E402
 
@@ -192,6 +196,9 @@ def following_links(args, encoder, index_dir: Path) -> dict:
                 f"{mode}_keeping_duplicates": partial(keeping.search, k=args.k, mode=mode),
             }
         engines = {name: partial(run, with_text=False) for name, run in engines.items()}
+        # The floor of following: the voters are the engine's top VOTERS, not its top k.
+        engines["bm25_engine_top_k"] = partial(backend.candidates, k=args.k)
+        engines["bm25_engine_top_voters"] = partial(backend.candidates, k=duplicates.VOTERS)
         times = timed_in_turn(engines, titles)
     finally:
         backend.close()
@@ -205,6 +212,9 @@ def following_links(args, encoder, index_dir: Path) -> dict:
         for mode in ("bm25", "hybrid")
         if f"{mode}_following_links" in latency
     }
+    ratios["bm25_engine_voters_over_k_p50"] = round(
+        latency["bm25_engine_top_voters"]["p50_ms"] / latency["bm25_engine_top_k"]["p50_ms"], 3
+    )
     return {
         "forum": str(args.links_forum),
         "questions_with_links": len(links),

@@ -136,6 +136,14 @@ def test_index_add_skips_bad_records_or_says_what_it_kept(tmp_path):
         assert report.problems[0].startswith(f"{corpus}:3: expected 3 tab-separated fields")
 
 
+def test_index_add_counts_the_questions_with_bytes_that_are_not_utf8(tmp_path):
+    corpus = tmp_path / "latin.tsv"
+    corpus.write_bytes(b"id\ttitle\tbody\nr1\tservo\tpwm\nr2\tna\xefve\tlidar\n")
+    with qres.Index.open(tmp_path / "ix") as index:
+        report = index.add(corpus)
+    assert (report.indexed, report.undecodable) == (2, 1)
+
+
 def test_results_carry_the_answer_count_as_qres_search_json_prints_it(run, tmp_path):
     corpus = tmp_path / "forum.jsonl"
     corpus.write_text(

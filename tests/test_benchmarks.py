@@ -55,8 +55,9 @@ def test_search_latency_times_following_links_in_both_modes(shared_data, tmp_pat
     assert set(links["latency"]) == {
         f"{mode}_{way}" for mode in ("bm25", "hybrid")
         for way in ("following_links", "keeping_duplicates")
-    }  # fmt: skip
+    } | {"bm25_engine_top_k", "bm25_engine_top_voters"}  # fmt: skip
     assert links["follows_links"] and links["hybrid_following_over_keeping_p50"] > 0
+    assert links["bm25_engine_voters_over_k_p50"] > 0
     assert links["following_over_keeping_p50"] == links["bm25_following_over_keeping_p50"]
 
 

@@ -288,7 +288,15 @@ def test_a_file_read_in_a_guessed_format_says_so_and_how_to_choose(run, tmp_path
     result = run("index", readme)
     assert result.exit_code == 1 and result.output.count("\n") == 1
     assert f"{readme}:1: expected 3 tab-separated fields" in result.output
-    assert "read as askubuntu, guessed from the file: --format picks another" in result.output
+    assert (
+        "(read as askubuntu, guessed from the file: its first line is no header naming id, "
+        "title and body; --format picks another)"
+    ) in result.output
+    no_header = tmp_path / "forum.tsv"  # a TSV export whose header line was left out
+    no_header.write_text("q1\tWifi drops\tEvery ten minutes.\tnetworking\n")
+    said = run("index", no_header).output
+    assert said.startswith(f"error: {no_header}:1: expected 3 tab-separated fields")
+    assert "its first line is no header naming id, title and body" in said
     skipped = run("index", readme, "--skip-bad")
     assert skipped.exit_code == 1
     assert "no questions: no askubuntu records; 2 malformed records skipped" in skipped.output

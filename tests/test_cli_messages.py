@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -506,3 +507,63 @@ def test_an_empty_query_is_refused_and_an_empty_index_says_it_holds_nothing(run,
     said = run("--index-dir", tmp_path / "empty", "search", "wifi")
     assert said.exit_code == 0
     assert "no results: the index holds no questions yet" in said.output
+
+
+def test_questions_with_bytes_that_are_not_utf8_are_indexed_and_named_in_a_warning(run, tmp_path):
+    """A Latin-1 export's accents became U+FFFD without a word: "Caf\ufffd in Z\ufffdrich"
+    was indexed and shown, and a search for "Zurich cafe" found nothing."""
+    latin = tmp_path / "latin.tsv"
+    latin.write_bytes(
+        b"id\ttitle\tbody\nq1\tWifi drops\tEvery ten minutes.\n"
+        b"q2\tCaf\xe9 in Z\xfcrich\tOpen late?\nq3\tNa\xefve question\tSee title.\n"
+    )
+    shown = run("index", latin)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        f"warning: {latin}:3: 2 questions (the first here) hold U+FFFD (\ufffd), what bytes "
+        "that are not UTF-8 become: a file in another encoding needs converting (iconv -f "
+        f"latin1 -t utf-8 {latin}) and indexing again"
+    ) in " ".join(shown.output.split())
+    summary = json.loads(run("--json", "index", latin, "--rewrite").stdout)
+    assert (summary["indexed"], summary["undecodable"]) == (3, 2)
+    assert summary["first_undecodable"] == f"{latin}:3"
+    clean = tmp_path / "clean.tsv"
+    clean.write_text(CORPUS)
+    assert "U+FFFD" not in run("index", clean, "--add-to-existing").output
+
+
+def test_the_index_summary_says_only_the_counts_that_are_not_zero(run, corpus):
+    first = " ".join(run("index", corpus).output.split())
+    assert re.search(
+        r"indexed 2 questions in [0-9.]+s \([0-9,]+/s\); index now holds 2 BM25", first
+    )
+    again = " ".join(run("index", corpus).output.split())
+    assert "2 already indexed as they are, index now holds 2" in again
+    assert "skipped" not in again and "duplicate id" not in again and "truncated" not in again
+
+
+def test_an_error_qres_did_not_expect_is_one_line_and_its_traceback_is_kept(
+    run, corpus, monkeypatch
+):
+    """A NameError in `qres search --typing` reached the user as a 30-line traceback."""
+    import qres.ranking.search
+
+    def broken(self, *args, **kwargs):
+        raise NameError("name 'snippet' is not defined")
+
+    assert run("index", corpus).exit_code == 0
+    monkeypatch.setattr(qres.ranking.search.SearchPipeline, "search", broken)
+    monkeypatch.delenv("QRES_TRACEBACK")
+    said = run("search", "wifi")
+    assert said.exit_code == 1 and said.output.count("\n") == 1, said.output
+    line = said.output.strip()
+    assert line.startswith(
+        "error: qres failed unexpectedly (NameError: name 'snippet' is not defined): a bug; "
+        "please report it with "
+    )
+    kept = Path(line.split("please report it with ")[1].split(" (its traceback)")[0])
+    assert 'raise NameError("name' in kept.read_text() and "Traceback" in kept.read_text()
+    kept.unlink()
+    monkeypatch.setenv("QRES_TRACEBACK", "1")  # as the tests run: the traceback itself
+    with pytest.raises(NameError):
+        run("search", "wifi")

@@ -119,6 +119,9 @@ def test_qres_search_typing_says_what_it_searched(forum):
     assert answer["results"][0]["id"] == "2"
     plain = json.loads(CliRunner().invoke(cli, args).stdout)
     assert plain["searched"] == "usb stick not mou"
+    table = " ".join(CliRunner().invoke(cli, [*args[1:], "--typing"]).output.split())
+    assert table.startswith("'usb stick not mou' → 'usb stick not mounted' — bm25, ")
+    assert CliRunner().invoke(cli, args[1:]).output.startswith("'usb stick not mou' — bm25, ")
 
 
 def test_qres_evaluate_typing_needs_a_title_form(tmp_path, monkeypatch):

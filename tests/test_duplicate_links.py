@@ -345,8 +345,8 @@ def test_qres_index_counts_the_closed_duplicates_it_read_not_every_link(tmp_path
     assert (summary["closed_duplicates_known"], summary["closed_duplicates_read"]) == (4, 2)
     shown = run(cli, ["index", str(folder / "Posts.xml"), "--rebuild"]).output
     assert (
-        "PostLinks.xml closes 2 of the questions of Posts.xml as duplicates (2 more not in it): "
-        "search shows their originals in their place"
+        "PostLinks.xml closes 2 of the questions of Posts.xml as duplicates (and 2 that "
+        "Posts.xml does not hold): search shows their originals in their place"
     ) in shown
 
 

@@ -180,7 +180,7 @@ def evaluate(
       qres evaluate --dataset semeval2016 --model runs/gru/model --save-run runs/sem.txt
       qres evaluate --dataset semeval2016 --model runs/gru/model --ranker bm25 \\
           --ranker hybrid --compare
-      qres evaluate --dataset semeval2016 --model models/minilm --model qres/models/default \\
+      qres evaluate --dataset semeval2016 --model-set minilm --model qres/models/default \\
           --fusion fusion-both.json
       qres evaluate --dataset semeval2016 --model-set default --ranker bm25 --ranker hybrid \\
           --compare

@@ -6,21 +6,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import click
 
 from qres import paths
 from qres.backends import BACKENDS, open_backend
-from qres.backends.base import Backend, BackendError
+from qres.backends.base import Backend
+from qres.cli.errors import COMMITTED_IS_KEPT, Terminated, said_in_one_line
+from qres.cli.errors import CommandError as CommandError  # what commands raise
 from qres.cli.global_options import refuse_unused, take_global_options
-from qres.cli.output import console
+from qres.cli.output import console as console  # what the commands print messages with
 from qres.cli.output import stdout as stdout  # what the commands print tables with
-from qres.corpus.readers import CorpusError
 from qres.encoders.runtime import EncoderError
-
-COMMITTED_IS_KEPT = "everything committed before this point is kept"
 
 
 class Context:
@@ -63,10 +61,6 @@ LAZY_COMMANDS = {
 }
 
 
-class CommandError(Exception):
-    """What a command reports to the user: printed as one ``error:`` line, exit status 1."""
-
-
 class QresGroup(click.Group):
     """Turns the errors users can act on into one line instead of a traceback; loads the
     commands of :data:`LAZY_COMMANDS` on first use."""
@@ -96,31 +90,8 @@ class QresGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx):
-        try:
+        with said_in_one_line(ctx):
             return super().invoke(ctx)
-        except (BackendError, CorpusError, EncoderError, CommandError) as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(1)
-        except OSError as err:  # a full disk, a read-only or vanished file, …
-            where = f"{err.filename}: " if err.filename else ""
-            click.echo(f"error: {where}{err.strerror or err}", err=True)
-            sys.exit(1)
-        except ValueError as err:  # what the search engine reports as a failure
-            click.echo(f"error: {err}", err=True)
-            sys.exit(1)
-        except (KeyboardInterrupt, ImportError) as err:
-            # a Ctrl-C while onnxruntime's native module loads comes as an ImportError from it
-            stop = err.__cause__ if isinstance(err, ImportError) else err
-            if not isinstance(stop, KeyboardInterrupt):
-                raise
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C again: no "Aborted!", exit 1
-            kept = getattr(ctx.obj, "on_interrupt", COMMITTED_IS_KEPT)
-            console.print(f"interrupted: {kept}")
-            sys.exit(143 if isinstance(stop, Terminated) else 130)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is so that it cleans up as after Ctrl-C."""
 
 
 def load_encoder(model_dir: Path, device: str | None = None):

@@ -42,8 +42,8 @@ from qres.encoders.model_set import with_model_set
 @click.option(
     "--rewrite",
     is_flag=True,
-    help="Write every question again, even one already stored exactly as read (by default "
-    "those are skipped, so re-indexing a file already indexed is a no-op).",
+    help="Write every question again, even one stored exactly as read (by default those are "
+    "skipped: re-indexing a file already indexed is a no-op).",
 )
 @model_set_option
 @click.option("--skip-bad", is_flag=True, help="Skip and count malformed records.")
@@ -59,8 +59,8 @@ from qres.encoders.model_set import with_model_set
     "--workers",
     type=click.IntRange(min=0),
     default=None,
-    help="Processes that analyse and tokenise text beside the encoder and the writer "
-    "[default: cores - 2, at least 1 on two cores or more, at most 8].",
+    help="Processes that analyse and tokenise text beside the encoder and the writer; 0: "
+    "none, all in this one [default: cores - 2, at least 1 on two cores or more, at most 8].",
 )
 @click.option(
     "--analyzer",
@@ -161,9 +161,8 @@ def index(
 
     models = with_model_set(model_set, models)
     refuse_conflicting(links_file, no_links, prune, rebuild, mix, no_vectors, models)
-    obj.on_interrupt = committed_line(0)
-    if rebuild:
-        obj.on_interrupt = "the rebuild was discarded; the index is as it was before this run"
+    discarded = "the rebuild was discarded; the index is as it was before this run"
+    obj.on_interrupt = discarded if rebuild else committed_line(0)
     committed = [0]  # questions written: index_questions commits them before it ends or stops
     if rebuild and not models and not no_vectors:  # encoding a forum again can take hours
         models = kept_model_dirs(obj.open)
@@ -232,6 +231,8 @@ def index(
         "unchanged": report.unchanged,
         "skipped": stats.skipped,
         "truncated": stats.truncated,
+        "undecodable": stats.undecodable,
+        "first_undecodable": stats.first_undecodable,
         "seconds": round(report.seconds, 2),
         "docs_per_second": round(report.docs_per_second, 1),
         "index_size": total,

@@ -99,20 +99,35 @@ class QuestionsDone:
 def summary_lines(summary: dict) -> list[str]:
     """What ``qres index`` says when it is done, from its ``--json`` summary."""
     name, indexed = os.path.basename(summary["corpus"]), summary["indexed"]
+    counts = [
+        _counted(summary["skipped"], "skipped", "skipped"),
+        _counted(
+            summary["duplicates_replaced"], "duplicate id (last kept)", "duplicate ids (last kept)"
+        ),
+        _counted(summary["truncated"], "truncated", "truncated"),
+        _counted(summary["unchanged"], "already indexed as it is", "already indexed as they are"),
+    ]
     lines = [
         f"indexed {indexed:,} question{'' if indexed == 1 else 's'} in {summary['seconds']:.1f}s "
-        f"({summary['docs_per_second']:,.0f}/s); {summary['skipped']:,} skipped, "
-        f"{summary['duplicates_replaced']:,} duplicate ids (last kept), "
-        f"{summary['truncated']:,} truncated, {summary['unchanged']:,} already indexed as they "
-        f"are; index now holds {summary['index_size']:,}"
+        f"({summary['docs_per_second']:,.0f}/s); "
+        + "".join(f"{count}, " for count in counts if count)
+        + f"index now holds {summary['index_size']:,}"
         + (" with vectors" if summary["vectors"] else "")
     ]
     if summary["duplicate_links"]:
         read, known = summary["closed_duplicates_read"], summary["closed_duplicates_known"]
-        others = f" ({known - read:,} more not in it)" if known > read else ""
+        others = f" (and {known - read:,} that {name} does not hold)" if known > read else ""
         lines.append(
             f"{os.path.basename(summary['duplicate_links'])} closes {read:,} of the questions of "
             f"{name} as duplicates{others}: search shows their originals in their place"
+        )
+    if summary["undecodable"]:
+        n, first = summary["undecodable"], summary["first_undecodable"]
+        which = "a question holds" if n == 1 else f"{n:,} questions (the first here) hold"
+        lines.append(
+            f"warning: {first}: {which} U+FFFD (\ufffd), what bytes that are not UTF-8 become: "
+            f"a file in another encoding needs converting (iconv -f latin1 -t utf-8 "
+            f"{summary['corpus']}) and indexing again"
         )
     if summary["vectors_dropped"]:
         lines.append(
@@ -137,6 +152,11 @@ def summary_lines(summary: dict) -> list[str]:
         lines.append(f"pruned {pruned:,} question{'s' * (pruned != 1)} {name} no longer holds")
     lines += [f"  skipped: {problem}" for problem in summary["skipped_examples"]]
     return lines
+
+
+def _counted(n: int, one: str, many: str) -> str:
+    """``n`` and what it counts (nothing for none)."""
+    return f"{n:,} {one if n == 1 else many}" if n else ""
 
 
 def say_indexed(obj, summary: dict, warning: str | None) -> None:

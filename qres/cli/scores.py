@@ -14,9 +14,20 @@ from qres.cli.group import console, stdout
 def dataset_options(command):
     """--dataset and --split, as evaluate and compare-runs take them."""
     splits = click.Choice(["dev", "test", "train", "all"])
-    command = click.option("--split", type=splits, help="[default: dev; forum: all]")(command)
+    command = click.option(
+        "--split",
+        type=splits,
+        help="The queries scored [default: dev; all for --dataset stackexchange, whose splits "
+        "are by time: train the oldest 80% of its duplicates, test the newest 20%].",
+    )(command)
     datasets = click.Choice(["askubuntu", "semeval2016", "android", "stackexchange"])
-    return click.option("--dataset", type=datasets, required=True)(command)
+    return click.option(
+        "--dataset",
+        type=datasets,
+        required=True,
+        help="The benchmark: AskUbuntu or Android (Lei et al.), SemEval-2016 Task 3 subtask B, "
+        "or a StackExchange dump's duplicates searching the whole forum (--data-dir its folder).",
+    )(command)
 
 
 def with_comparison(summaries: list[dict], comparison) -> dict:

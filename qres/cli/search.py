@@ -157,7 +157,7 @@ def search(
         return
     # Queries, ids and titles are shown as written: "[/b]" in one is text, not rich markup.
     table = Table(
-        title=Text(f"{snippet(searched, 120)!r} — {mode}, {latency_ms:.1f} ms"),
+        title=Text(f"{_shown_query(text, searched, snippet)} — {mode}, {latency_ms:.1f} ms"),
         title_justify="left",
         box=box.SIMPLE_HEAD,  # no side borders: the title column keeps the width
         show_edge=False,
@@ -206,3 +206,10 @@ def _log_search(backend: Backend, text, mode, k, latency_ms, results) -> None:
         backend.log_search(record)
     except BackendError as err:  # analytics must never fail the search itself
         console.print(f"warning: search not logged: {err}", highlight=False)
+
+
+def _shown_query(typed: str, searched: str, snippet) -> str:
+    """The query as searched (cut by ``snippet``), and as typed where completing its last word
+    changed it."""
+    shown = repr(snippet(searched, 120))
+    return shown if searched == typed else f"{snippet(typed, 120)!r} → {shown}"

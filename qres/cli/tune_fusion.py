@@ -90,7 +90,11 @@ from qres.encoders.model_set import with_model_set
     "full-forum search too. Each dataset weighs half in the fit; the fusion is chosen by the "
     "mean of SemEval's MAP and the forum's nDCG@10. The forum's test split is never read.",
 )
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The dataset's folder [default: qres download's; stackexchange: the dump's folder].",
+)
 @click.pass_obj
 def tune_fusion_command(
     obj: Context,
@@ -124,15 +128,13 @@ def tune_fusion_command(
     \b
     Example:
       qres tune-fusion --model runs/gru/model
-      qres tune-fusion --model models/minilm --cv 5
-      qres tune-fusion --model models/minilm --model qres/models/default --cv 5 \\
+      qres tune-fusion --model-set minilm --cv 5
+      qres tune-fusion --model-set minilm --model qres/models/default --cv 5 \\
           --cv-splits dev --report fusion-cv.json --out fusion-both.json
       qres tune-fusion --model-set fast --cv 5 --cv-splits dev --method pairwise-linear \\
           --forum ../shared/data/stackexchange-travel --out fusion-both.json
-      qres evaluate --dataset semeval2016 --model runs/gru/model
       qres tune-fusion --dataset stackexchange --data-dir ../shared/data/stackexchange-travel \\
           --model models/minilm-travel
-      qres evaluate --dataset stackexchange --split test --model models/minilm-travel
     """
     from qres.datasets.benchmarks import default_data_dir
     from qres.evaluation import forum_fusion

@@ -52,7 +52,9 @@ def first_question_read(
     :class:`CorpusError` when there is none, saying what the file holds; an error before the
     first question of a format ``guessed`` by falling back on it says so."""
     fallback = guessed and fmt in FALLBACK_FORMATS
-    guess = f" (read as {fmt}, guessed from the file: --format picks another)" if fallback else ""
+    why = ": its first line is no header naming id, title and body" if fmt == "askubuntu" else ""
+    guess = f" (read as {fmt}, guessed from the file{why}; --format picks another)"
+    guess = guess if fallback else ""
     try:
         first = next(questions)
     except StopIteration:

@@ -56,6 +56,8 @@ from qres.corpus.files import (
     xml_pieces,
 )
 
+_REPLACED = "\ufffd"  # what open_text makes of bytes that are not UTF-8
+
 # A forum question is a few KB at most; anything longer is cut so one pathological line
 # cannot blow up memory or the index.
 MAX_FIELD_CHARS = 20_000
@@ -104,6 +106,8 @@ class ReadStats:
     skipped: int = 0
     truncated: int = 0
     empty: int = 0
+    undecodable: int = 0  # questions holding U+FFFD, what bytes that are not UTF-8 become
+    first_undecodable: str | None = None  # "file:line" of the first
     problems: list[str] = field(default_factory=list)  # the first few skipped records
 
 
@@ -168,6 +172,9 @@ def read_corpus(
                 stats.problems.append(str(error))
             continue
         stats.read += 1
+        if _REPLACED in question.title or _REPLACED in question.body:
+            stats.undecodable += 1
+            stats.first_undecodable = stats.first_undecodable or f"{path}:{line}"
         yield question
 
 

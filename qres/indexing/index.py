@@ -135,6 +135,7 @@ class Index:
             )
         record_corpus(self.backend, corpus)
         report.skipped, report.problems = stats.skipped, stats.problems
+        report.undecodable = stats.undecodable
         if prune:
             report.pruned = pruning.prune(self.backend, read_ids, corpus, stats.skipped)
         return report

@@ -62,6 +62,7 @@ class IndexReport:
     given_new_models: int = 0  # questions held before, given the vectors of models new to it
     seconds: float = 0.0
     skipped: int = 0  # malformed records skipped (skip_bad)
+    undecodable: int = 0  # questions holding U+FFFD, what bytes that are not UTF-8 become
     problems: list[str] = field(default_factory=list)  # the first few of them
     pruned: int = 0  # questions deleted as the file no longer holds them (prune)
 
@@ -299,8 +300,7 @@ def index_questions(
         flush()
         stages.finish()
     except KeyboardInterrupt as stop:
-        # Ctrl-C while reading, handing a batch over or waiting for the stages: write what is
-        # encoded.
+        # Ctrl-C while reading, handing a batch over or waiting for the stages: write the encoded
         if kept_when_stopped:
             finish_held(stop)
         raise

@@ -52,7 +52,12 @@ LOOP_OPTIONS = [
         help="δ of the max-margin loss on cosine scores.",
     ),
     click.option(
-        "--dropout", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True
+        "--dropout",
+        type=click.FloatRange(0, 1, max_open=True),
+        default=0.1,
+        show_default=True,
+        help="Share of the encoder's hidden units zeroed at each training step (against "
+        "overfitting; 0: none).",
     ),
     click.option(
         "--seed",
