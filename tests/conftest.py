@@ -41,10 +41,12 @@ def ctrl_c_as_it_was():
     """A test that runs ``qres.cli.main`` in this process leaves Ctrl-C ignored (as the program
     does once its command is done), and every process a later test starts would inherit that:
     its Ctrl-C tests would pass without Ctrl-C doing anything."""
-    before = signal.getsignal(signal.SIGINT)
+    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # all three, for the same reason
+    before = {s: signal.getsignal(s) for s in stopping}
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
-    signal.signal(signal.SIGINT, before)
+    for s, handler in before.items():
+        signal.signal(s, handler)
     left = signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     # Ctrl-C left blocked in this thread would leave a later test waiting for one forever
     assert left == blocked, f"the test left signals {left - blocked} blocked in the main thread"
@@ -70,6 +72,13 @@ def run(tmp_path, monkeypatch):
     runner = CliRunner()
 
     def invoke(*args):
-        return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        # each run as a process of its own: the signals a finished command ignores are not
+        # ignored by the next
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        finally:
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
 
     return invoke

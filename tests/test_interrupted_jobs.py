@@ -375,19 +375,22 @@ def _in_its_own_group(args, env, stderr) -> subprocess.Popen:
     )
 
 
-def _ctrl_c(args, env, stderr_file, when: Callable[[subprocess.Popen], None]) -> tuple[int, str]:
+def _ctrl_c(
+    args, env, stderr_file, when: Callable[[subprocess.Popen], None], signum=signal.SIGINT
+) -> tuple[int, str]:
     """Run qres with ``args`` in its own process group and press Ctrl-C as a terminal does
-    once ``when(process)`` returns; its exit code and what it said."""
+    (or send ``signum`` to the group) once ``when(process)`` returns; its exit code and what
+    it said."""
     with open(stderr_file, "w") as stderr:
         proc = _in_its_own_group(args, env, stderr)
         when(proc)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signum)
         try:
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            pytest.fail("qres did not end after Ctrl-C")
+            pytest.fail(f"qres did not end after {signal.Signals(signum).name}")
     return code, Path(stderr_file).read_text()
 
 
@@ -419,6 +422,40 @@ def test_ctrl_c_while_a_worker_starts_python_prints_no_traceback(tmp_path):
     assert len(before) <= 1 and all(re.fullmatch(STOPPING, line) for line in before), said
     with EmbeddedBackend(tmp_path / "ix") as b:
         assert_committed_prefix(b, questions)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_sigterm_or_sighup_to_the_whole_group_stops_the_run_not_its_workers(tmp_path, stop):
+    """A service manager stops a job by SIGTERM to each of its processes, and a closed terminal
+    sends its group SIGHUP. SIGTERM killed a worker mid-answer, and the run then waited for
+    ever on its pool (1 of 174 runs); SIGHUP ended qres at once, without a word, and left the
+    workers' start-up file in TMPDIR."""
+    questions = make_corpus(3000)
+    corpus = write_tsv(tmp_path / "c.tsv", questions)
+    env, starting = _slow_worker_start(tmp_path)
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    args = ("--index-dir", tmp_path / "ix", "index", corpus, "--workers", "1", "--batch-size", "64")
+    code, said = _ctrl_c(args, env, tmp_path / "stderr.txt", _once_a_worker_starts(starting), stop)
+    assert code == 128 + stop, said
+    *before, last = said.strip().splitlines()
+    assert re.fullmatch(KEPT, last), said
+    assert len(before) <= 1 and all(re.fullmatch(STOPPING, line) for line in before), said
+    assert not list((tmp_path / "tmp").glob("qres-index-*")), "the workers' file was left"
+    with EmbeddedBackend(tmp_path / "ix") as b:
+        assert_committed_prefix(b, questions)
+
+
+def test_workers_are_born_with_sigterm_and_sighup_held_as_ctrl_c_is():
+    import multiprocessing
+
+    from qres.workers import ctrl_c_held
+
+    with ctrl_c_held():
+        pool = multiprocessing.get_context("spawn").Pool(1)
+    with pool:
+        blocked = pool.apply(signal.pthread_sigmask, (signal.SIG_BLOCK, []))
+    assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} <= set(blocked)
 
 
 def test_ctrl_c_while_serve_starts_its_workers_prints_no_traceback(tmp_path):

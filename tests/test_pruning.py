@@ -4,6 +4,7 @@ of a forum no longer holds leave the index, and only a whole, clean read of the 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,36 @@ def test_index_add_prunes_from_python(tmp_path, monkeypatch):
         with pytest.raises(BackendError, match="would delete 2 of the 3 questions held"):
             index.add(corpus, prune=True)
         assert index.count() == 3
+
+
+def test_ctrl_c_as_the_deletions_commit_waits_for_them_and_says_the_run_was_done(
+    run, tmp_path, monkeypatch
+):
+    """A Ctrl-C that landed as the deletions were committed said "this run committed no
+    questions (the index holds 4,919)" of an index left holding 4,619: the deletions were in,
+    and the count was read before the index saw them."""
+    from qres.backends.embedded import EmbeddedBackend
+
+    corpus, index_dir = tmp_path / "forum.tsv", tmp_path / "ix"
+    run("index", write(corpus, ROWS), "--index-dir", index_dir)
+    write(corpus, ["q1", "q2", "q4"])
+    real_commit, real_delete, deleting = EmbeddedBackend.commit, EmbeddedBackend.delete, []
+
+    def noted(self, ids):
+        deleting.append(ids)
+        real_delete(self, ids)
+
+    def pressed_while_committing(self):
+        if deleting:  # the deletions' commit, not an earlier one
+            signal.raise_signal(signal.SIGINT)  # the terminal's Ctrl-C, as it lands
+        real_commit(self)
+
+    monkeypatch.setattr(EmbeddedBackend, "delete", noted)
+    monkeypatch.setattr(EmbeddedBackend, "commit", pressed_while_committing)
+    result = run("index", corpus, "--index-dir", index_dir, "--prune")
+    assert result.exit_code == 130, result.output
+    assert result.output.splitlines()[-1] == (
+        "interrupted: the run was done: 0 questions committed and 1 that the file no longer "
+        "holds pruned; the index holds 3"
+    )
+    assert held(run, index_dir) == 3

@@ -21,8 +21,10 @@ def main() -> None:
         sys.exit(130)
     try:
         run()
-    finally:  # once the command is done, Ctrl-C would only make its exit a traceback
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    finally:  # the command is done: a signal now would only make its exit a traceback
+        from qres.cli.errors import ignore_stopping
+
+        ignore_stopping()
 
 
 def __getattr__(name: str):

@@ -24,7 +24,23 @@ class CommandError(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is so that it cleans up as after Ctrl-C."""
+    """SIGTERM (or SIGHUP: the terminal closed), raised where the program is so that it
+    cleans up as after Ctrl-C."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.signum = signum
+
+
+def raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+def ignore_stopping() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP ignored from here on: the command is done, or saying how
+    it stopped (one arriving now made its exit a traceback, or its status the signal's)."""
+    for stopping in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stopping, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -34,35 +50,37 @@ def said_in_one_line(ctx: click.Context):
     try:
         yield
     except (BackendError, CorpusError, EncoderError, CommandError) as err:
-        click.echo(f"error: {err}", err=True)
-        sys.exit(1)
+        _failed(str(err))
     except OSError as err:  # a full disk, a read-only or vanished file, …
         where = f"{err.filename}: " if err.filename else ""
-        click.echo(f"error: {where}{err.strerror or err}", err=True)
-        sys.exit(1)
+        _failed(f"{where}{err.strerror or err}")
     except ValueError as err:  # what the search engine reports as a failure
-        click.echo(f"error: {err}", err=True)
-        sys.exit(1)
+        _failed(str(err))
     except (KeyboardInterrupt, ImportError) as err:
         # a Ctrl-C while onnxruntime's native module loads comes as an ImportError from it
         stop = err.__cause__ if isinstance(err, ImportError) else err
         if not isinstance(stop, KeyboardInterrupt):
             _unexpected(err)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C again: no "Aborted!", exit 1
+        ignore_stopping()  # Ctrl-C again: no "Aborted!", exit 1; SIGTERM: no exit by it
         kept = getattr(ctx.obj, "on_interrupt", COMMITTED_IS_KEPT)
         console.print(f"interrupted: {kept}")
-        sys.exit(143 if isinstance(stop, Terminated) else 130)
+        sys.exit(128 + stop.signum if isinstance(stop, Terminated) else 130)
     except (click.ClickException, click.exceptions.Exit, click.Abort):  # --help, usage
         raise
     except Exception as err:
         _unexpected(err)
 
 
+def _failed(message: str) -> None:
+    ignore_stopping()  # a Ctrl-C as it exits would make click add "Aborted!"
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
 def _unexpected(err: Exception) -> None:
     if os.environ.get("QRES_TRACEBACK"):
         raise err
-    click.echo(f"error: {_bug_report(err)}", err=True)
-    sys.exit(1)
+    _failed(_bug_report(err))
 
 
 def _bug_report(err: Exception) -> str:

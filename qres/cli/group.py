@@ -13,8 +13,9 @@ import click
 from qres import paths
 from qres.backends import BACKENDS, open_backend
 from qres.backends.base import Backend
-from qres.cli.errors import COMMITTED_IS_KEPT, Terminated, said_in_one_line
+from qres.cli.errors import COMMITTED_IS_KEPT, ignore_stopping, raise_terminated, said_in_one_line
 from qres.cli.errors import CommandError as CommandError  # what commands raise
+from qres.cli.errors import Terminated as Terminated  # qres.cli.Terminated
 from qres.cli.global_options import refuse_unused, take_global_options
 from qres.cli.output import console as console  # what the commands print messages with
 from qres.cli.output import stdout as stdout  # what the commands print tables with
@@ -91,17 +92,15 @@ class QresGroup(click.Group):
 
     def invoke(self, ctx):
         with said_in_one_line(ctx):
-            return super().invoke(ctx)
+            done = super().invoke(ctx)
+        ignore_stopping()  # the command is done: a Ctrl-C now made click say "Aborted!", exit 1
+        return done
 
 
 def load_encoder(model_dir: Path, device: str | None = None):
     from qres.encoders.runtime import Encoder, Runtime
 
     return Encoder.load(model_dir, runtime=Runtime.from_env(device))
-
-
-def _raise_terminated(_signum, _frame):
-    raise Terminated()
 
 
 @click.group(cls=QresGroup)
@@ -213,5 +212,6 @@ def index_fusion_option(exists: bool):
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGHUP, raise_terminated)
     cli()

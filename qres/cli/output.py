@@ -175,9 +175,16 @@ def writing_first() -> None:
     console.print("stopping: writing what is encoded first (Ctrl-C again to drop it)")
 
 
-def committed_line(committed: int, held: int | None = None) -> str:
+def committed_line(committed: int, held: int | None = None, pruned: int | None = None) -> str:
     """What Ctrl-C during ``qres index`` says last: the questions this run committed (the
-    index keeps them) and, where counted, those the index holds."""
+    index keeps them) and, where counted, those the index holds; once ``pruned`` is known
+    (pruning comes last), that the run was done."""
+    if pruned is not None:
+        holds = "" if held is None else f"; the index holds {held:,}"
+        return (
+            f"the run was done: {committed:,} question{'s' * (committed != 1)} committed and "
+            f"{pruned:,} that the file no longer holds pruned{holds}"
+        )
     again = "; the same command again indexes the rest"
     if not committed:
         holds = "" if held is None else f" (the index holds {held:,})"
@@ -195,9 +202,9 @@ def counted_when_interrupted(obj, backend, committed: list[int], rebuild: bool):
         yield
     except KeyboardInterrupt:
         if not rebuild:
-            obj.on_interrupt = committed_line(committed[0])
+            obj.on_interrupt = committed_line(committed[0], None, *committed[1:])
             with contextlib.suppress(Exception):  # one that cannot count: the run's own count
-                obj.on_interrupt = committed_line(committed[0], backend.count())
+                obj.on_interrupt = committed_line(committed[0], backend.count(), *committed[1:])
         raise
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -170,6 +171,7 @@ def serve(
     # bounded request headers, JSON errors
     run = partial(uvicorn.run, host=host, port=port, access_log=access_log, http=GuardedHttpTools)
     if workers == 1:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # ends the server, as before qres took it
         run(create_app(config, service))
         return
     service.close()

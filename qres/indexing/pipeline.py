@@ -43,7 +43,7 @@ from qres.backends.base import Backend, BackendError, index_models
 from qres.corpus import duplicate_links
 from qres.corpus.readers import Question
 from qres.encoders.model_set import model_set_of
-from qres.workers import ctrl_c_held
+from qres.workers import STOPPING, ctrl_c_held
 
 QUEUE_DEPTH = 4  # batches waiting between two stages
 ENCODE_STAGE = 1  # of prepare, encode, write
@@ -193,15 +193,15 @@ def index_questions(
         prepared += 1
         if workers == 0 or prepared == 1:
             return preparer(batch)
-        if pool is None:
-            pool = ProcessPoolExecutor(
-                workers,
-                mp_context=multiprocessing.get_context("spawn"),  # no fork of a threaded process
-                initializer=_start_worker,
-                initargs=(_handed_over(preparer, handover),),
-            )
         try:
-            with ctrl_c_held():  # the workers it starts are born with Ctrl-C blocked
+            with ctrl_c_held():  # the processes started here are born with Ctrl-C blocked
+                if pool is None:  # its queues start multiprocessing's resource tracker
+                    pool = ProcessPoolExecutor(
+                        workers,
+                        mp_context=multiprocessing.get_context("spawn"),  # no fork: threads
+                        initializer=_start_worker,
+                        initargs=(_handed_over(preparer, handover),),
+                    )
                 return pool.submit(_prepare_in_worker, batch)
         except BrokenProcessPool as err:  # a worker was killed before this batch was handed over
             raise _worker_stopped(err) from None
@@ -363,8 +363,8 @@ def _handed_over(preparer: _Preparer, files: list[str]) -> str:
 
 def _start_worker(preparer_file: str) -> None:
     global _worker_preparer
-    # Born with Ctrl-C blocked (qres.workers); ignored too where blocking it is not possible.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for stopping in STOPPING:  # born blocked (qres.workers), ignored where blocking is not possible
+        signal.signal(stopping, signal.SIG_IGN)
     with open(preparer_file, "rb") as source:
         _worker_preparer = pickle.load(source)
     threading.Thread(target=_exit_with_parent, name="qres-parent-watch", daemon=True).start()

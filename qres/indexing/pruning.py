@@ -16,6 +16,7 @@ from pathlib import Path
 from qres.backends.base import Backend, BackendError
 from qres.corpus.readers import Question
 from qres.indexing.sources import corpora, shown, source
+from qres.workers import signals_deferred
 
 MOST_PRUNED = 0.5  # of the questions held: more is refused
 
@@ -38,10 +39,13 @@ def noting_ids(questions: Iterable[Question], read: set[str]) -> Iterator[Questi
         yield question
 
 
-def prune(backend: Backend, read: set[str], corpus: str | Path, skipped: int = 0) -> int:
+def prune(
+    backend: Backend, read: set[str], corpus: str | Path, skipped: int = 0, done: list | None = None
+) -> int:
     """Delete and commit the questions held that ``read`` (the ids of all of ``corpus``) does
-    not name; how many. Refused (:class:`BackendError`, nothing deleted) after ``skipped``
-    malformed records, or beyond :data:`MOST_PRUNED` of the index."""
+    not name; how many (appended to ``done`` too, so that a Ctrl-C or SIGTERM held back until
+    the commit is done can say so). Refused (:class:`BackendError`, nothing deleted) after
+    ``skipped`` malformed records, or beyond :data:`MOST_PRUNED` of the index."""
     name = shown(source(corpus))
     if skipped:
         raise BackendError(
@@ -56,7 +60,10 @@ def prune(backend: Backend, read: set[str], corpus: str | Path, skipped: int = 0
             f"({len(gone) / held:.0%}): is {name} whole? Nothing was pruned (the questions "
             "read are indexed); --rebuild makes the index hold exactly the file's questions"
         )
-    if gone:
-        backend.delete(gone)
-        backend.commit()
+    with signals_deferred():  # deleted and committed whole, or not at all
+        if gone:
+            backend.delete(gone)
+            backend.commit()
+        if done is not None:
+            done.append(len(gone))
     return len(gone)

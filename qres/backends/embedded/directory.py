@@ -24,7 +24,7 @@ The swap (:func:`swap_in`) renames ``NAME`` to ``NAME.old``, then ``NAME.rebuild
 process's own cleanup, a reader, the next writer, the next open after a crash — finishes the
 swap (:func:`complete_interrupted_swap`); nothing deletes ``NAME.old`` while ``NAME`` is
 missing, and no writer creates an empty ``NAME`` in its place. Ctrl-C and SIGTERM are held
-back across the two renames (:func:`signals_deferred`).
+back across the two renames (:func:`qres.workers.signals_deferred`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ import math
 import os
 import re
 import shutil
-import signal
-import threading
 import weakref
 from pathlib import Path
 
@@ -47,6 +45,7 @@ import tantivy
 
 from qres.backends.base import BackendError, IndexFormatError
 from qres.backends.embedded.documents import ANALYZERS, schema
+from qres.workers import signals_deferred
 
 # The name the warnings have always been logged under (``qres serve`` shows it).
 log = logging.getLogger("qres.backends.embedded")
@@ -119,28 +118,6 @@ def complete_interrupted_swap(live: Path) -> None:
         else:
             os.replace(old, live)
             log.warning("put %s back from %s, left by an interrupted swap", live, old)
-
-
-@contextlib.contextmanager
-def signals_deferred():
-    """Hold Ctrl-C (SIGINT) and SIGTERM back until the block ends, then deliver the first
-    one caught. Python runs signal handlers in the main thread only, so elsewhere there is
-    nothing to hold back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {
-        s: signal.signal(s, lambda signum, _frame: caught.append(signum))
-        for s in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
-        if caught:
-            signal.raise_signal(caught[0])  # the handler restored above runs now
 
 
 def swap_in(live: Path, staging: Path) -> None:

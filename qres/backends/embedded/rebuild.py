@@ -29,10 +29,10 @@ from qres.backends.embedded.directory import (
     lock_dir,
     read_meta,
     sibling,
-    signals_deferred,
     swap_in,
 )
 from qres.backends.embedded.documents import question_of
+from qres.workers import signals_deferred
 
 _COPY_BATCH = 1024  # documents per batch when compaction copies an index
 
