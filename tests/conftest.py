@@ -26,26 +26,30 @@ def private_qres_home(tmp_path_factory):
         yield
 
 
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @pytest.fixture(autouse=True, scope="session")
-def ctrl_c_as_a_terminal_gives_it():
+def stopping_signals_as_a_terminal_gives_them():
     """A test run started in the background (`pytest ... &`) inherits Ctrl-C ignored, and so
     would every process its tests start: the tests that press Ctrl-C need it as a program run
-    from a terminal has it."""
+    from a terminal has it. What each test starts with (:func:`ctrl_c_as_it_was`)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
+    return {s: signal.getsignal(s) for s in STOPPING}
 
 
 @pytest.fixture(autouse=True)
-def ctrl_c_as_it_was():
-    """A test that runs ``qres.cli.main`` in this process leaves Ctrl-C ignored (as the program
-    does once its command is done), and every process a later test starts would inherit that:
-    its Ctrl-C tests would pass without Ctrl-C doing anything."""
-    stopping = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # all three, for the same reason
-    before = {s: signal.getsignal(s) for s in stopping}
+def ctrl_c_as_it_was(stopping_signals_as_a_terminal_gives_them):
+    """A run of the command line in this process leaves Ctrl-C, SIGTERM and SIGHUP ignored
+    (as the program does once its command is done; a module's fixture may run one before any
+    test), and every process a later test starts would inherit that: its Ctrl-C tests would
+    pass without Ctrl-C doing anything. Each test starts and ends with them as at first."""
+    for s, handler in stopping_signals_as_a_terminal_gives_them.items():
+        signal.signal(s, handler)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     yield
-    for s, handler in before.items():
+    for s, handler in stopping_signals_as_a_terminal_gives_them.items():
         signal.signal(s, handler)
     left = signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     # Ctrl-C left blocked in this thread would leave a later test waiting for one forever
@@ -74,7 +78,7 @@ def run(tmp_path, monkeypatch):
     def invoke(*args):
         # each run as a process of its own: the signals a finished command ignores are not
         # ignored by the next
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        handlers = {s: signal.getsignal(s) for s in STOPPING}
         try:
             return runner.invoke(cli, [str(a) for a in args], catch_exceptions=False)
         finally:

@@ -372,3 +372,31 @@ def test_a_beam_never_asks_the_graph_for_more_rows_than_it_holds():
     # a typo's k (3,000,000,000) would otherwise set aside room for that many hits and abort
     assert ann.beam(50_000, 3_000_000_000) == 50_000
     assert ann.beam(50_000, 100) == max(100, ann.beam(50_000, 1))
+
+
+def test_a_new_graphs_first_rows_are_added_by_one_thread(tmp_path, monkeypatch):
+    """Threads adding the rows of a near-empty graph at once left some that no search reached:
+    a 150-row graph built under load found 0.795 of the exact top 10 (CI, 2026-11-29)."""
+    adds = []
+    real_new_graph = ann._new_graph
+
+    def noting(dim):
+        graph = real_new_graph(dim)
+        real_add = graph.add
+
+        def add(keys, vectors, threads):
+            adds.append((len(keys), threads))
+            return real_add(keys, vectors, threads=threads)
+
+        graph.add = add
+        return graph
+
+    monkeypatch.setattr(ann, "_new_graph", noting)
+    monkeypatch.setattr(ann, "_SERIAL_ROWS", 100)
+    monkeypatch.setattr(ann, "_ADD_ROWS", 80)
+    rows = np.random.default_rng(0).normal(size=(300, DIM)).astype(np.float16)
+    path = tmp_path / "vectors.f16.ann"
+    ann.write(path, rows, 300, [f"q{i}" for i in range(300)], np.arange(300), threads=2)
+    assert adds == [(100, 1), (80, 2), (80, 2), (40, 2)]
+    graph = ann.AnnFile(path)
+    assert graph.live == 300

@@ -65,6 +65,10 @@ EXPANSION_ADD = 64  # the beam while a row is added (128: 1.8x the build CPU, +0
 # the grown titles), for 2.4x the build CPU and a 23% larger file (docs/scale.md).
 DENSE_DIM, DENSE_CONNECTIVITY, DENSE_EXPANSION_ADD = 384, 32, 128
 _ADD_ROWS = 65_536  # rows converted to float32 and added at a time (bounded memory)
+# Threads adding the rows of a near-empty graph at once can leave rows unreachable from its
+# entry (330 demo rows, 2 threads, 20 builds: up to 33 rows a search never returned; none with
+# one thread), so a new graph's first rows are added by one thread (~0.1 s).
+_SERIAL_ROWS = 1_024
 _CHECKED_ROWS = 4  # rows whose digests tie the file to its vector file
 
 
@@ -219,9 +223,13 @@ def write(
     if remove is not None and len(remove):
         graph.remove(np.asarray(remove, np.uint64))
     threads = threads or BUILD_THREADS or os.cpu_count() or 1
-    for start in range(0, len(add), _ADD_ROWS):
-        keys = np.asarray(add[start : start + _ADD_ROWS], np.int64)
-        graph.add(keys.astype(np.uint64), as_float32(vectors[keys]), threads=threads)
+    serial = min(len(add), max(0, _SERIAL_ROWS - len(graph)))  # a new graph's first rows
+    for start, end, by in [(0, serial, 1)] + [
+        (start, start + _ADD_ROWS, threads) for start in range(serial, len(add), _ADD_ROWS)
+    ]:
+        keys = np.asarray(add[start:end], np.int64)
+        if len(keys):
+            graph.add(keys.astype(np.uint64), as_float32(vectors[keys]), threads=by)
     live = len(graph)
     removed = (previous.removed if previous is not None else 0) + (
         len(remove) if remove is not None else 0
