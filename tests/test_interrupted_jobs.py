@@ -453,8 +453,11 @@ def test_workers_are_born_with_sigterm_and_sighup_held_as_ctrl_c_is():
 
     with ctrl_c_held():
         pool = multiprocessing.get_context("spawn").Pool(1)
-    with pool:
+    try:
         blocked = pool.apply(signal.pthread_sigmask, (signal.SIG_BLOCK, []))
+    finally:  # ended as qres ends its workers: the pool's terminate() sends the SIGTERM they hold
+        pool.close()
+        pool.join()
     assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} <= set(blocked)
 
 
