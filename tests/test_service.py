@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -156,6 +158,10 @@ def test_a_query_without_searchable_words_has_no_results(client):
         ("PUT", "/questions/%ff", {"json": {"title": "t"}}, 400, "not valid UTF-8"),
         ("GET", "/questions/%fe", {}, 400, "not valid UTF-8"),
         ("DELETE", "/questions/a%ff", {}, 400, "not valid UTF-8"),
+        # a newline in an id matched no route ("no such endpoint: PUT /questions/ab", 404)
+        ("PUT", "/questions/a%0Ab", {"json": {"title": "t"}}, 400, "without control characters"),
+        ("GET", "/questions/a%0Ab", {}, 400, "without control characters"),
+        ("DELETE", "/questions/a%0Ab", {}, 400, "without control characters"),
         (
             "POST",
             "/questions",
@@ -428,6 +434,11 @@ def test_unending_request_headers_are_refused_without_holding_them(server):
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 431 ") and b"application/json" in head, answer
     assert "headers are larger than 65536 bytes" in json.loads(body)["error"]
+    # a request line that long, sent whole: the parser gave up first ("not valid HTTP", 400)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /search?q=" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: qres\r\n\r\n")
+        answer = s.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
 
     before = rss_bytes(server.process.pid)
     sockets = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(4)]
@@ -681,3 +692,39 @@ def test_a_worker_runs_as_many_searches_at_once_as_it_has_cores_the_rest_wait(
     monkeypatch.setenv("QRES_SEARCHES_AT_ONCE", "0")
     with pytest.raises(BackendError, match="QRES_SEARCHES_AT_ONCE must be a whole number"):
         searches_at_once(workers=1)
+
+
+def test_a_write_while_another_process_writes_the_index_is_told_to_come_back(tmp_path):
+    """A write while `qres index` or `compact` ran beside the server was told "the index is
+    unavailable: ... wait for it to end, or stop that server" (the server it was talking to),
+    logged at ERROR: now a 503 saying to try again, with Retry-After, and a warning."""
+    index = build_demo_index(tmp_path / "index")
+    holder = subprocess.Popen(  # what qres index does while it writes: holds the lock
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.read()",
+            str(index / "writer.lock"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        with (
+            Server(index, env=KEY, log=tmp_path / "server.log") as running,
+            httpx.Client(base_url=running.url, timeout=30, headers=KEY_HEADER) as http,
+        ):
+            refused = http.put("/questions/w1", json={"title": "wifi drops"})
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "10"
+            assert refused.json()["error"] == (
+                "another qres process (qres index or compact) is writing the index: try "
+                "this write again once it ends."
+            )
+            holder.communicate(b"", timeout=30)  # it ends: the lock is free
+            assert http.put("/questions/w1", json={"title": "wifi drops"}).status_code == 200
+        log = (tmp_path / "server.log").read_text()
+        assert "WARNING: qres" in log and "write refused" in log and "ERROR" not in log, log
+    finally:
+        holder.kill()

@@ -27,6 +27,10 @@ class IndexFormatError(BackendError):
     """The index on disk was written in a layout this qres does not read."""
 
 
+class IndexBusy(BackendError):
+    """Another process holds the index's writer lock (a write can be tried again later)."""
+
+
 @dataclass(frozen=True)
 class Hit:
     id: str

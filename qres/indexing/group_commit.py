@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qres.backends.base import Backend
+from qres.backends.base import Backend, IndexBusy
 from qres.corpus import duplicate_links
 from qres.corpus.readers import Question
 
@@ -106,7 +106,8 @@ class GroupCommitWriter:
                         self.backend.delete(op.ids)
                 self.backend.commit()
             except Exception as err:
-                log.error("write batch of %d requests failed: %s", len(group), err)
+                if not isinstance(err, IndexBusy):  # another writer: its answer says so
+                    log.error("write batch of %d requests failed: %s", len(group), err)
                 rollback = getattr(self.backend, "rollback", None)
                 if rollback is not None:
                     try:

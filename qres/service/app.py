@@ -44,7 +44,7 @@ from pydantic import BeforeValidator
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from qres.backends.base import BackendError
+from qres.backends.base import BackendError, IndexBusy
 from qres.corpus.readers import Question
 from qres.encoders.model_set import model_set_of
 from qres.indexing.group_commit import Delete
@@ -208,7 +208,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
     # -- questions --
 
     @get(
-        "/questions/{qid:path}",
+        "/questions/{qid:question_id}",
         tags=["questions"],
         dependencies=[Depends(check_path_utf8)],
         responses=answers(QuestionOut, 400, 404, 503),
@@ -228,7 +228,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         }
 
     @app.put(
-        "/questions/{qid:path}",
+        "/questions/{qid:question_id}",
         tags=["questions"],
         dependencies=[Depends(require_key), Depends(check_path_utf8)],
         openapi_extra=json_body(QuestionIn),
@@ -268,7 +268,7 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
         return {"upserted": len(questions), "committed": True}
 
     @app.delete(
-        "/questions/{qid:path}",
+        "/questions/{qid:question_id}",
         tags=["questions"],
         dependencies=[Depends(require_key), Depends(check_path_utf8)],
         responses=answers(DeletedOut, *WRITE_ERRORS, 404),
@@ -398,6 +398,11 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
 
     @app.exception_handler(BackendError)
     async def backend_error(_request: Request, err: BackendError):
+        if isinstance(err, IndexBusy):  # a write while qres index or compact runs beside it
+            log.warning("write refused: %s", err)
+            busy = "another qres process (qres index or compact) is writing the index: try "
+            headers = {"Retry-After": "10"}
+            return JSONResponse({"error": busy + "this write again once it ends."}, 503, headers)
         log.error("backend error: %s", err)
         return JSONResponse({"error": f"the index is unavailable: {err}"}, 503)
 

@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
@@ -321,6 +322,23 @@ def check_id(qid: str) -> str:
     if id_problem(qid):
         raise ApiError(400, f"{ID_RULE}.")
     return qid
+
+
+class QuestionIdPath(Convertor):
+    """A path's question id, newlines and all: Starlette's ``path`` (``.*``) stops at one, so
+    ``/questions/a%0Ab`` matched no route (404, naming ``ab``) and ``/questions/ab%0A`` wrote
+    ``ab``; here such an id meets :func:`check_id`'s rule."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("question_id", QuestionIdPath())
 
 
 def check_path_utf8(request: Request) -> None:

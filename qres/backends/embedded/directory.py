@@ -43,7 +43,7 @@ from pathlib import Path
 
 import tantivy
 
-from qres.backends.base import BackendError, IndexFormatError
+from qres.backends.base import BackendError, IndexBusy, IndexFormatError
 from qres.backends.embedded.documents import ANALYZERS, schema
 from qres.workers import signals_deferred
 
@@ -264,11 +264,13 @@ def lock_dir(path: Path):
             lock.close()
             mine = _LOCKED_HERE.get(key)
             here = mine is not None and not mine.closed
-            raise BackendError(
-                f"{path} is open for writing elsewhere in this process: close that Index or "
-                "backend first (or open it in a with block)"
-                if here
-                else f"{path} is being written by another qres process (qres index, compact, "
+            if here:
+                raise BackendError(
+                    f"{path} is open for writing elsewhere in this process: close that Index or "
+                    "backend first (or open it in a with block)"
+                ) from None
+            raise IndexBusy(
+                f"{path} is being written by another qres process (qres index, compact, "
                 "or a qres serve that takes writes): wait for it to end, or stop that server"
             ) from None
     _LOCKED_HERE[key] = lock
