@@ -105,6 +105,8 @@ def test_a_query_without_searchable_words_has_no_results(client):
         ("GET", "/search", {"params": {"q": "x" * 2001}}, 400, "longer than 2000"),
         ("POST", "/search", {"json": {"title": "x" * 2001}}, 400, "the title is longer than 2000"),
         ("GET", "/search", {"params": {"q": "usb", "k": 0}}, 400, "k:"),
+        ("GET", "/search", {"params": {"q": "usb", "k": -1}}, 400, "greater than or equal to 1"),
+        ("GET", "/search", {"params": {"q": "usb", "k": "--1"}}, 400, "k: must be a whole number"),
         ("GET", "/search", {"params": {"q": "usb", "k": 101}}, 400, "k:"),
         ("GET", "/search", {"params": {"q": "usb", "k": "ten"}}, 400, "k:"),
         ("GET", "/search", {"params": {"q": "usb", "mode": "magic"}}, 400, "mode:"),

@@ -1,6 +1,7 @@
 """The service's request and response bodies, their OpenAPI descriptions, and how a body
 is read: a bad one is a 400 (:class:`ApiError`) whose one sentence says what is wrong."""
 
+import re
 from typing import Annotated, Literal
 from urllib.parse import unquote_to_bytes
 
@@ -36,9 +37,9 @@ ID_RULE = f"a question id is 1 to {MAX_ID_BYTES} bytes of UTF-8 without control 
 def whole_number_text(value):
     """A query string's whole number as written ("5", not "5.0" or "1e1"), as POST's JSON
     takes it."""
-    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+    if isinstance(value, str) and not re.fullmatch(r"-?[0-9]+", value):
         raise ValueError("must be a whole number")
-    return value
+    return value  # "-1" goes on to the range check: a whole number, below 1
 
 
 class ApiError(HTTPException):
