@@ -253,6 +253,13 @@ def test_a_whole_question_longer_than_a_query_is_searched(client):
     answer = client.post("/search", json={"title": "usb boot", "body": body, "k": 1})
     assert answer.status_code == 200, answer.text
     assert len(answer.json()["results"]) == 1
+    # a null body is none, as a write takes it (it was "body: input should be a valid string")
+    none = client.post("/search", json={"title": "usb boot", "body": None, "k": 1})
+    assert none.status_code == 200, none.text
+    assert (
+        none.json()["results"]
+        == client.post("/search", json={"title": "usb boot", "k": 1}).json()["results"]
+    )
 
 
 def test_a_padded_id_in_the_path_is_the_id_a_batch_or_a_corpus_gives(client):

@@ -148,7 +148,9 @@ class QuestionLine(QuestionIn):
 class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str = Field(max_length=MAX_FIELD_CHARS, description="The question's title.")
-    body: str = Field(default="", max_length=MAX_FIELD_CHARS, description="Its text, if any.")
+    body: Annotated[str, BeforeValidator(_null_as_empty)] = Field(  # null: none, as in a write
+        default="", max_length=MAX_FIELD_CHARS, description="Its text, if any."
+    )
     k: int = Field(default=10, ge=1, strict=True)  # not true, not 3.0
     mode: Literal[MODES] | None = None
     explain: bool = Field(default=False, strict=True)
