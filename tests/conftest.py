@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from qres.workers import STOPPING
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -24,9 +26,6 @@ def private_qres_home(tmp_path_factory):
         # a bug in qres fails a test with its traceback, not the one line a user is shown
         patch.setenv("QRES_TRACEBACK", "1")
         yield
-
-
-STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @pytest.fixture(autouse=True, scope="session")

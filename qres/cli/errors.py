@@ -15,6 +15,7 @@ from qres.backends.base import BackendError
 from qres.cli.output import console
 from qres.corpus.readers import CorpusError
 from qres.encoders.runtime import EncoderError
+from qres.workers import STOPPING
 
 COMMITTED_IS_KEPT = "everything committed before this point is kept"
 
@@ -39,7 +40,7 @@ def raise_terminated(signum, _frame):
 def ignore_stopping() -> None:
     """Ctrl-C, SIGTERM and SIGHUP ignored from here on: the command is done, or saying how
     it stopped (one arriving now made its exit a traceback, or its status the signal's)."""
-    for stopping in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for stopping in STOPPING:
         signal.signal(stopping, signal.SIG_IGN)
 
 

@@ -163,7 +163,7 @@ def index(
     refuse_conflicting(links_file, no_links, prune, rebuild, mix, no_vectors, models)
     discarded = "the rebuild was discarded; the index is as it was before this run"
     obj.on_interrupt = discarded if rebuild else committed_line(0)
-    committed = [0]  # questions written (index_questions commits them), then those pruned
+    committed, pruned_now = [0], []  # questions written (index_questions commits them); pruned
     if rebuild and not models and not no_vectors:  # encoding a forum again can take hours
         models = kept_model_dirs(obj.open)
     given = [search_encoder(m, obj.device) for m in models]  # a bad model creates nothing
@@ -175,7 +175,7 @@ def index(
     stats = ReadStats()
     questions, read_as = read_checked(corpus, fmt, skip_bad, stats)
     backend = obj.open(create=True, rebuild=rebuild, analyzer=analyzer, title_boost=title_boost)
-    counted = counted_when_interrupted(obj, backend, committed, rebuild)
+    counted = counted_when_interrupted(obj, backend, committed, rebuild, pruned_now)
     with said_if_swapped(obj, backend), backend, counted, progress_display() as progress:
         if not rebuild:
             check_made_with(backend, made_with)
@@ -219,7 +219,7 @@ def index(
             )
             record_corpus(backend, corpus)
             advance.finish()
-        pruned = pruning.prune(backend, read_ids, corpus, stats.skipped, committed) if prune else 0
+        pruned = pruning.prune(backend, read_ids, corpus, stats.skipped, pruned_now) if prune else 0
         added = [m for m in index_models(backend.metadata()) if m["model_fingerprint"] not in held]
         compacted = compact_if_mostly_dead(backend)
         total = backend.count()

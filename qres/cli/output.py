@@ -195,16 +195,20 @@ def committed_line(committed: int, held: int | None = None, pruned: int | None =
 
 
 @contextlib.contextmanager
-def counted_when_interrupted(obj, backend, committed: list[int], rebuild: bool):
+def counted_when_interrupted(
+    obj, backend, committed: list[int], rebuild: bool, pruned: list[int] | None = None
+):
     """Ctrl-C outside a rebuild (discarded whole): ``obj.on_interrupt`` counts the questions
-    this run committed (``committed[0]``) and those the index holds, asked while it is open."""
+    this run committed (``committed[0]``), those it pruned (``pruned``, once committed) and
+    those the index holds, asked while it is open."""
     try:
         yield
     except KeyboardInterrupt:
         if not rebuild:
-            obj.on_interrupt = committed_line(committed[0], None, *committed[1:])
+            done = pruned[0] if pruned else None
+            obj.on_interrupt = committed_line(committed[0], None, done)
             with contextlib.suppress(Exception):  # one that cannot count: the run's own count
-                obj.on_interrupt = committed_line(committed[0], backend.count(), *committed[1:])
+                obj.on_interrupt = committed_line(committed[0], backend.count(), done)
         raise
 
 

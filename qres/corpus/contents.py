@@ -53,8 +53,8 @@ def first_question_read(
     first question of a format ``guessed`` by falling back on it says so."""
     fallback = guessed and fmt in FALLBACK_FORMATS
     why = ": its first line is no header naming id, title and body" if fmt == "askubuntu" else ""
-    guess = f" (read as {fmt}, guessed from the file{why}; --format picks another)"
-    guess = guess if fallback else ""
+    said = f" (read as {fmt}, guessed from the file{why}; --format picks another)"
+    guess = said if fallback else ""
     try:
         first = next(questions)
     except StopIteration:
