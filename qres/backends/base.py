@@ -7,7 +7,8 @@ for each backend, so "same behaviour on every backend" is checked, not hoped for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections import ChainMap
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,20 @@ def check_ids(questions: Sequence[Question]) -> None:
             )
 
 
+SEVERAL = -2  # in Landed.to: the hit leads to several questions (Landed.several says which)
+
+
+@dataclass
+class Landed:
+    """Where a ranking's hits lead when duplicate links are followed, by vector slot
+    (:meth:`Candidates.landing_slots`)."""
+
+    slots: np.ndarray  # each hit's slot, in rank order
+    to: np.ndarray  # the slot each leads to (its own where it stands for itself) or SEVERAL
+    names: Mapping[int, str]  # the id at each slot that hits lead to from other slots
+    several: dict[int, tuple[tuple[int, str], ...]]  # by position: (slot, id) of each
+
+
 class Candidates:
     """A query's BM25 candidates, best first: their scores, and with a query vector each
     one's cosine to it; ids are read on demand, for the rows the ranking keeps.
@@ -72,6 +87,7 @@ class Candidates:
         cosines: dict | None = None,
     ):
         self._hits = list(hits)
+        self.slot_space = None  # what numbers the vector slots landing_slots tells (if any)
         self.scores = np.array([h.score for h in hits], dtype=np.float64)  # as the engine gave
         self.cosine, self.has_vector = cosine, has_vector
         # With a query vector per model ({fingerprint: vector}): each model's cosines.
@@ -98,6 +114,13 @@ class Candidates:
         backend that keeps no such mark knows none."""
         return set()
 
+    def landing_slots(self, rows: Sequence[int], lead: Callable) -> Landed | None:
+        """Where the candidates at ``rows`` (in rank order) lead when duplicate links are
+        followed, told by vector slot; ``lead(ids, fetch)`` tells where hits lead by id, for
+        a backend that works it out once and keeps it. None where it cannot tell this way
+        (the ids are then read: :func:`qres.ranking.duplicates.follow`)."""
+        return None
+
     def rescored(self, query_vector) -> Candidates | None:
         """These candidates with their cosines to ``query_vector`` (as ``candidates`` gives
         them), where the backend can add them without searching again; else None."""
@@ -112,6 +135,7 @@ class Candidates:
 class _Joined(Candidates):
     def __init__(self, first: Candidates, second: Candidates):
         self._parts, self._split = (first, second), len(first)
+        self.slot_space = first.slot_space if first.slot_space is second.slot_space else None
         self.scores = np.concatenate([first.scores, second.scores])
         self.cosine = self.has_vector = self.cosines = None
         if first.cosine is not None and second.cosine is not None:
@@ -133,6 +157,24 @@ class _Joined(Candidates):
     def not_closed(self, ids):
         first, second = self._parts
         return first.not_closed(ids) | second.not_closed(ids)
+
+    def landing_slots(self, rows, lead):
+        first, second = self._parts
+        if first.slot_space is None or first.slot_space is not second.slot_space:
+            return None  # (a swap between the two searches numbered the slots anew)
+        rows = np.asarray(rows, np.int64)
+        in_first = rows < self._split
+        at = np.flatnonzero(in_first), np.flatnonzero(~in_first)
+        parts_rows = rows[at[0]], rows[at[1]] - self._split
+        parts = [p.landing_slots(r, lead) for p, r in zip(self._parts, parts_rows, strict=True)]
+        if parts[0] is None or parts[1] is None:
+            return None
+        slots, to = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
+        several = {}
+        for positions, part in zip(at, parts, strict=True):
+            slots[positions], to[positions] = part.slots, part.to
+            several.update((int(positions[p]), lands) for p, lands in part.several.items())
+        return Landed(slots, to, ChainMap(parts[0].names, parts[1].names), several)
 
     def stored(self, ids, fetch):
         first, second = self._parts

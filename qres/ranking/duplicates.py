@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from qres.backends.base import SEVERAL
 from qres.corpus.readers import Question
 from qres.corpus.stackexchange import DUPLICATE_DATES, DUPLICATE_OF
 
@@ -98,6 +99,51 @@ def follow(
                     families[qid] = []
                     shown.append(_shown(r, qid, r.score))
     return shown, stored
+
+
+def follow_by_slot(ranked, found, k: int) -> list | None:
+    """:func:`follow`'s results, every link followed, where the candidates ranked tell where
+    each hit leads by vector slot (:meth:`~qres.backends.base.Candidates.landing_slots`):
+    the families vote by slot, and only the ``k`` results shown read their ids (on a search
+    met before, nothing else is read). None where the candidates cannot tell, or where the
+    voters make fewer than ``k`` families and the ranking goes deeper."""
+    rows, scores = ranked.head_rows(VOTERS)
+    landed = found.landing_slots(rows, _lead) if len(rows) else None
+    if landed is None:
+        return None
+    families: dict[int, list[int]] = {}  # positions of its hits; in the order of its best
+    for at, slot in enumerate(landed.to.tolist()):
+        if slot == SEVERAL:
+            for each, _ in landed.several[at]:
+                families.setdefault(each, []).append(at)
+        elif slot in families:
+            families[slot].append(at)
+        else:
+            families[slot] = [at]
+    if len(families) < k and len(ranked) > len(landed.to):
+        return None
+    score = scores.tolist()
+    floor = min(score)
+    voted = {
+        slot: score[at[0]] + VOTE * sum(score[a] - floor for a in at[1:])
+        if len(at) > 1
+        else score[at[0]]
+        for slot, at in families.items()
+    }
+    best = sorted(families, key=voted.__getitem__, reverse=True)[:k]  # stable: ties by rank
+    heads = [families[slot][0] for slot in best]
+    hits = _results(ranked, heads)
+    slots, names = landed.slots, landed.names
+    return [
+        _shown(hit, hit.id if slot == slots[at] else names[slot], voted[slot])
+        for hit, slot, at in zip(hits, best, heads, strict=True)
+    ]
+
+
+def _lead(ids: Sequence[str], fetch) -> dict[str, list[str]]:
+    """Where the hits on ``ids`` lead by id, every link followed (``fetch``: reads stored
+    questions by id)."""
+    return _landings(ids, {}, fetch, None, lambda ids: set())
 
 
 def _head(ranked: Sequence, n: int) -> tuple[list[str], list[float]]:

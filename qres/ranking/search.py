@@ -120,9 +120,11 @@ class _Ranking(Sequence):
         length: int,
         ids: Callable[[range], list[str]] = lambda rows: [],
         scores: np.ndarray = _NO_SCORES,
+        rows: np.ndarray | None = None,
     ):
         self._make, self._length, self._made = make, length, {}
         self._ids, self._scores = ids, scores
+        self._rows = rows  # the candidates' row at each position (None: the same)
 
     def __len__(self) -> int:
         return self._length
@@ -147,6 +149,13 @@ class _Ranking(Sequence):
         the duplicate families vote with)."""
         stop = min(stop, self._length)
         return self._ids(range(stop)), self._scores[:stop].tolist()
+
+    def head_rows(self, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates' rows and the scores of the first ``stop`` (the families vote
+        by vector slot: :func:`qres.ranking.duplicates.follow_by_slot`)."""
+        stop = min(stop, self._length)
+        rows = np.arange(stop) if self._rows is None else self._rows[:stop]
+        return rows, self._scores[:stop]
 
 
 def answer_count(extras: Mapping) -> int | None:
@@ -433,9 +442,13 @@ class SearchPipeline:
         depth = self._depth(k)
         while True:
             ranked, found = self._ranked(text, k, mode, None, query_vector, depth, searched)
-            # the ranked questions are read where the search found them, others by id
-            fetch = partial(found.stored, fetch=self.backend.fetch)
-            shown, stored = duplicates.follow(ranked, fetch, k, links_before, found.not_closed)
+            shown, stored = None, {}
+            if links_before is None:
+                shown = duplicates.follow_by_slot(ranked, found, k)
+            if shown is None:
+                # the ranked questions are read where the search found them, others by id
+                fetch = partial(found.stored, fetch=self.backend.fetch)
+                shown, stored = duplicates.follow(ranked, fetch, k, links_before, found.not_closed)
             if len(shown) >= k or len(ranked) < depth:
                 return shown, stored, found
             depth *= 2
@@ -517,7 +530,7 @@ class SearchPipeline:
             ]
 
         ranked_ids = lambda rows: found.ids(order[rows])  # noqa: E731
-        return _Ranking(fused_results, len(order), ranked_ids, shown[order]), found
+        return _Ranking(fused_results, len(order), ranked_ids, shown[order], order), found
 
     def candidate_set(
         self,

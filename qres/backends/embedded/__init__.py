@@ -10,9 +10,13 @@ back; the rest is a module per concept:
 - :mod:`~qres.backends.embedded.vectors`: the vector files (append-only rows) and exact
   nearest search;
 - :mod:`~qres.backends.embedded.rebuild`: rebuilds, compaction and adding models, written
-  beside the live index and swapped in.
+  beside the live index and swapped in;
+- :mod:`~qres.backends.embedded.candidates`: a search's hits, read lazily, and
+  :mod:`~qres.backends.embedded.landings`: where they lead when duplicate links are followed;
+- :mod:`~qres.backends.embedded.snapshot`: one generation of the index as reads see it, and
+  the commits it follows.
 
-A search reads one consistent snapshot (:class:`~qres.backends.embedded.vectors.Snapshot`):
+A search reads one consistent snapshot (:class:`~qres.backends.embedded.snapshot.Snapshot`):
 a reader notices a swapped-in index (a new directory) on its next call and reopens it, while
 calls under way finish with the objects they started with; a call that overlapped a swap,
 whether it finished or failed, is read again on the new index.
@@ -21,7 +25,6 @@ whether it finished or failed, is read again on the new index.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import resource
 import shutil
@@ -45,6 +48,7 @@ from qres.backends.base import (
     check_ids,
 )
 from qres.backends.embedded.ann import AnnFiles
+from qres.backends.embedded.candidates import TantivyCandidates, fetch_from
 from qres.backends.embedded.directory import (
     FORMAT,
     FORMATS,
@@ -68,10 +72,10 @@ from qres.backends.embedded.documents import (
     document,
     fields_of,
     id_query,
-    question_of,
 )
 from qres.backends.embedded.rebuild import Rebuilds
-from qres.backends.embedded.vectors import Snapshot, VectorFiles
+from qres.backends.embedded.snapshot import Snapshot
+from qres.backends.embedded.vectors import VectorFiles
 from qres.corpus.readers import Question
 from qres.text import bm25_terms
 
@@ -89,7 +93,6 @@ __all__ = [
 
 _WRITER_HEAP = 128 * 1024 * 1024  # per writer thread
 _MAX_QUERY_TERMS = 1024  # a 10 kB query is still searched, by its first 1024 distinct terms
-_STORED_KEPT = 8192  # stored questions kept per index snapshot, by vector slot (~10 MB)
 _READ_TRIES = 5  # a read that overlapped a swap is read again, at most this often in all
 
 
@@ -199,7 +202,9 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         self._identity = identity
         # Last, in one assignment: a read that takes the new snapshot sees all of the above.
         # The swapped-in index numbers its rows anew: nothing read from the old rows holds.
-        self._snapshot = Snapshot(index, marks_closed="closed" in self._fields)
+        # (a read-only index is opened through links made once: it is taken not to change)
+        watched = engine if self._view is None else None
+        self._snapshot = Snapshot(index, "closed" in self._fields, watched)
         self._generation += 1
         if old_view is not None:
             shutil.rmtree(old_view, ignore_errors=True)
@@ -241,6 +246,8 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
                 if self._replaced():
                     self._meta = read_meta(self.path / "meta.json")
                     self._load_engine()
+        else:
+            self._snapshot.follow_commits()
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -339,8 +346,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
                 f"{self.path}: commit failed ({cause}); the index keeps what was committed before"
             ) from None
         if self._index is not None:
-            self._index.reload()
-        self._snapshot.slot_of = {}  # ids replaced since have other slots now
+            self._snapshot.reload()
         self._update_ann()
 
     def rollback(self) -> None:
@@ -383,12 +389,12 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
             query = tantivy.Query.boolean_query(clauses)
         snapshot = self._snapshot
         if query is None or k <= 0:
-            return _TantivyCandidates(self, snapshot, None, [], query_vector)
-        searcher = snapshot.index.searcher()
+            return TantivyCandidates(self, snapshot, None, [], query_vector)
+        searcher, landings = snapshot.reading  # what searches learn of this searcher's hits
         # tantivy sets aside room for k hits up front: a k past the index's size (a typo's
         # -k 3000000000) would abort the process, not fail.
         hits = searcher.search(query, min(k, max(1, searcher.num_docs)), count=False).hits
-        return _TantivyCandidates(self, snapshot, searcher, hits, query_vector)
+        return TantivyCandidates(self, snapshot, searcher, hits, query_vector, landings)
 
     def search(self, text: str, k: int, only_ids: Sequence[str] | None = None) -> list[Hit]:
         found = self.candidates(text, k, only_ids)
@@ -409,7 +415,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         if not ids:
             return {}
         snapshot = self._snapshot
-        return _fetch_from(snapshot, snapshot.index.searcher(), ids)
+        return fetch_from(snapshot, snapshot.index.searcher(), ids)
 
     def _consistent(self, read):
         """``read()`` on one snapshot of the index: read again if the index was swapped or
@@ -488,136 +494,3 @@ def _cannot_open(engine: Path, err: Exception) -> BackendError:
             f"another user? let this one read them: chmod -R a+rX {engine.parent})"
         )
     return BackendError(f"{engine}: cannot open the index ({err})")
-
-
-class _TantivyCandidates(Candidates):
-    """Hits of one tantivy searcher: vector slots come from the ``slot`` fast field, so only
-    the ids of the rows asked for are read from the document store (and, in an index with
-    vectors, only those no ANN file names and no earlier read found)."""
-
-    def __init__(
-        self, backend: EmbeddedBackend, snapshot: Snapshot, searcher, hits: list, query_vector=None
-    ):
-        self._searcher = searcher
-        self._addresses = [address for _, address in hits]
-        self._slots: list[int] = []
-        self._snapshot = snapshot
-        self._backend = backend  # its ANN file names rows: read when an id is not known
-        self._row_of: dict[str, int] = {}  # the rows whose ids were asked for, by id
-        self._read: dict[int, tantivy.Document] = {}  # documents read for their ids, by row
-        self._closed: list[bool | None] | None = None  # each row's closed mark, once asked
-        self.scores = np.array([score for score, _ in hits], dtype=np.float64)
-        self.cosine = self.has_vector = self.cosines = None
-        self._has_ann = backend._dim(0) is not None  # an index with vectors may have one
-        if hits and (query_vector is not None or self._has_ann):
-            self._read_slots()
-        if query_vector is not None:
-            self._add_cosines(query_vector)
-
-    def _read_slots(self) -> None:
-        slots = self._searcher.fast_field_values("slot", self._addresses)
-        self._slots = [-1 if s is None else s for s in slots]
-
-    def _add_cosines(self, query_vector) -> None:
-        backend = self._backend
-        queries = query_vector if isinstance(query_vector, dict) else {None: query_vector}
-        models = {fp: 0 if fp is None else backend._model_number(fp) for fp in queries}
-        slots = self._slots
-        self.cosines, self.has_vector = {}, np.ones(len(slots), bool)
-        for fp, vector in queries.items():
-            vectors, has = backend._vectors_at(slots, models[fp], self._snapshot)
-            self.cosines[fp] = vectors @ vector  # both sides are L2-normalised
-            self.has_vector &= has
-        self.cosine = next(iter(self.cosines.values()))
-
-    def rescored(self, query_vector):
-        backend = self._backend
-
-        def read():
-            if backend._snapshot is not self._snapshot:  # swapped since: search again
-                return None
-            again = copy.copy(self)
-            again._row_of, again._read = dict(self._row_of), dict(self._read)
-            if self._addresses and not self._slots:
-                again._read_slots()
-            again._add_cosines(query_vector)
-            return again
-
-        return backend._consistent(read)
-
-    def ids(self, rows: Sequence[int]) -> list[str]:
-        # A row's id as already read or as the ANN file names it (a slot keeps its question
-        # until a rebuild, which starts a new snapshot), else from the document store.
-        rows = list(rows)
-        slots = [self._slots[row] for row in rows] if self._slots else [-1] * len(rows)
-        known = self._snapshot.id_at_slot
-        ids = [known.get(slot) for slot in slots]
-        ann = self._backend._ann_file(0, self._snapshot) if self._has_ann and None in ids else None
-        if ann is not None:
-            ids = [qid or other for qid, other in zip(ids, ann.ids_at(slots), strict=True)]
-        for i, qid in enumerate(ids):
-            if qid is None:
-                row, slot = rows[i], slots[i]
-                self._read[row] = self._searcher.doc(self._addresses[row])
-                ids[i] = self._read[row]["id"][0]
-                if slot >= 0:  # kept: the rows no ANN file names are few, or the index small
-                    known[slot] = ids[i]
-        self._row_of.update(zip(ids, rows, strict=True))
-        return ids
-
-    def not_closed(self, ids):
-        if not self._snapshot.marks_closed or not self._addresses:
-            return set()
-        if self._closed is None:  # every hit's mark in one read (None: a document without)
-            self._closed = self._searcher.fast_field_values("closed", self._addresses)
-        row_of, closed = self._row_of, self._closed
-        return {qid for qid in ids if qid in row_of and closed[row_of[qid]] is False}
-
-    def stored(self, ids, fetch):
-        # Candidates whose ids were asked for are read where the search found them (no
-        # lookup by id), and kept by slot: a slot's document never changes; the others are
-        # looked up in the same snapshot (what a search reads is one generation's).
-        found = {}
-        for qid in ids:
-            row = self._row_of.get(qid)
-            if row is not None:
-                found[qid] = self._question(row)
-        rest = [qid for qid in ids if qid not in found]
-        if not rest:
-            return found
-        if self._searcher is None:  # no hits: nothing was searched
-            return found | fetch(rest)
-        return found | _fetch_from(self._snapshot, self._searcher, rest)
-
-    def _question(self, row: int) -> Question:
-        slot = self._slots[row] if self._slots else -1
-        return _stored_question(
-            self._snapshot, slot, self._searcher, self._addresses[row], self._read.get(row)
-        )
-
-
-def _fetch_from(snapshot: Snapshot, searcher, ids: Sequence[str]) -> dict[str, Question]:
-    """The stored questions of ``ids`` that ``searcher`` (of ``snapshot``) finds, by id."""
-    query = id_query(snapshot.index.schema, ids)
-    addresses = [address for _, address in searcher.search(query, len(set(ids)), count=False).hits]
-    slots = searcher.fast_field_values("slot", addresses) if addresses else []
-    found = (
-        _stored_question(snapshot, -1 if slot is None else slot, searcher, address)
-        for slot, address in zip(slots, addresses, strict=True)
-    )
-    return {q.id: q for q in found}
-
-
-def _stored_question(snapshot: Snapshot, slot: int, searcher, address, doc=None) -> Question:
-    """The question of the document at ``address`` (``doc``: already read), kept in the
-    snapshot by its vector slot (a slot's document never changes; -1: no slot, not kept)."""
-    kept = snapshot.stored_at_slot
-    question = kept.get(slot) if slot >= 0 else None
-    if question is None:
-        fields = (doc or searcher.doc(address)).to_dict()
-        question = question_of(fields["id"][0], fields)
-        if slot >= 0:
-            if len(kept) >= _STORED_KEPT:  # a new map: the one another thread reads stays whole
-                kept = snapshot.stored_at_slot = {}
-            kept[slot] = question
-    return question

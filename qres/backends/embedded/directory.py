@@ -337,3 +337,4 @@ class WriterLock:
             self._load_engine()
         else:
             self._meta = read_meta(self.path / "meta.json")
+            self._snapshot.follow_commits()

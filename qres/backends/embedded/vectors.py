@@ -23,6 +23,7 @@ import numpy as np
 import tantivy
 
 from qres.backends.base import BackendError, Hit
+from qres.backends.embedded.snapshot import Snapshot
 
 _SCORE_ROWS = 16_384  # vector rows quantised at a time for nearest()
 # nearest() keeps max(2k, k + 64) rows by the int8 scan, then ranks those by the stored vectors
@@ -92,33 +93,6 @@ def damaged(path: Path, rows: int, needed: int) -> BackendError:
         f"{path}: the vector file is damaged (it ends at row {rows:,}; the index's questions "
         f"use rows up to {needed:,}): re-index with `qres index CORPUS --rebuild` and a model"
     )
-
-
-class Snapshot:
-    """One generation of an index as reads see it: its tantivy index and what reads learn
-    from it. Reopening the index (after a swap) replaces the whole object, never its parts,
-    so a read that began on one generation uses that generation's objects only, and what it
-    learns is never kept for another (a nearest search's slots and their ids, say)."""
-
-    def __init__(self, index: tantivy.Index | None = None, marks_closed: bool = False):
-        self.index = index
-        self.marks_closed = marks_closed  # its documents have the ``closed`` fast field
-        self.vectors: dict[int, np.ndarray] = {}  # read-only memory maps, replaced as files grow
-        # nearest()'s int8 copies of the vector files and each row's scale (rows are only
-        # ever appended, so a copy grows by the new rows)
-        self.scan_vectors: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        # nearest()'s live rows (keyed by what tells they changed) and the id at each row
-        self.live_slots: tuple[tuple, np.ndarray] | None = None
-        self.id_at_slot: dict[int, str] = {}
-        self.slot_of: dict[str, int] = {}  # vectors()'s slot of each id, until the next commit
-        # nearest()'s ANN files by model (qres.backends.embedded.ann): (its path, its stat,
-        # the open file or None), the live rows past what they cover (keyed as live_slots is)
-        # and those rows' int8 copies (first row, rows, scales)
-        self.ann: dict[int, tuple] = {}
-        self.tail_slots: tuple[tuple, np.ndarray] | None = None
-        self.tail_scan: dict[int, tuple[int, np.ndarray, np.ndarray]] = {}
-        # stored questions read for search results, by slot (a slot's document never changes)
-        self.stored_at_slot: dict = {}
 
 
 class VectorFiles:

@@ -1,0 +1,81 @@
+"""Where each hit of a search leads, by vector slot, in one generation of an index.
+
+A search that follows duplicate links (:mod:`qres.ranking.duplicates`) lets each of its
+first hundred hits vote for the question it leads to: a question closed as a duplicate leads
+to its originals, any other stands for itself. Worked out from the stored questions, that
+costs a read of each hit's id, and a search by id for the originals, on every search; yet it
+changes only when the index does. :class:`Landings` keeps it by vector slot (a slot's
+document never changes) for as long as one tantivy searcher lives: the backend replaces both
+together whenever it sees a commit (``Snapshot.reload``), since a commit that deletes or adds
+an original changes where its duplicates lead. A hit's landing is worked out the first time
+a search meets its slot, and from then on costs an array read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from qres.backends.base import SEVERAL, Landed
+
+UNKNOWN, UNSLOTTED = -1, -3  # a slot not met yet; one leading to a question without a slot
+
+Landing = tuple[tuple[int, str], ...] | None  # (slot, id) of each question it leads to
+
+
+class Landings:
+    """What searches of one generation learnt of where hits lead: by slot, the slot its
+    hits lead to (an array, grown as larger slots are met), and the ids of those."""
+
+    def __init__(self):
+        self.to = np.full(0, UNKNOWN, np.int32)  # 4 MB at a million slots
+        self.names: dict[int, str] = {}  # the id at each slot hits lead to from elsewhere
+        self.several: dict[int, tuple[tuple[int, str], ...]] = {}  # by slot: where it leads
+        self.slot_of: dict[str, int] = {}  # the slot of each question hits lead to, by id
+
+    def of(self, slots: np.ndarray, resolve: Callable[[list[int]], list[Landing]]) -> Landed | None:
+        """Where the hits with ``slots`` (in rank order) lead; None where one leads to a
+        question without a vector slot. ``resolve(positions)`` works out the hits met for
+        the first time: for each, () where it stands for itself, else its landing (None:
+        one without a slot)."""
+        try:
+            to = self.to[slots]
+        except IndexError:  # a slot past those met so far
+            grown = np.full(max(2 * len(self.to), int(slots.max()) + 1, 1024), UNKNOWN, np.int32)
+            grown[: len(self.to)] = self.to
+            self.to = grown  # another thread may write into the old array: met again later
+            to = grown[slots]
+        if len(to) and to.min() < 0:
+            unknown = np.flatnonzero(to == UNKNOWN).tolist()
+            if unknown:
+                self._learn(slots[unknown].tolist(), resolve(unknown))
+                to = self.to[slots]
+            if (to == UNSLOTTED).any():
+                return None
+        several = np.flatnonzero(to == SEVERAL).tolist() if len(to) and to.min() < 0 else []
+        return Landed(slots, to, self.names, {at: self.several[int(slots[at])] for at in several})
+
+    def _learn(self, slots: Sequence[int], landings: Sequence[Landing]) -> None:
+        to = self.to
+        for slot, landing in zip(slots, landings, strict=True):
+            if landing is None:
+                to[slot] = UNSLOTTED
+            elif not landing:
+                to[slot] = slot
+            else:
+                self.names.update(landing)  # before the slot says where to look
+                self.slot_of.update((qid, at) for at, qid in landing)
+                if len(landing) > 1:
+                    self.several[slot] = landing
+                to[slot] = landing[0][0] if len(landing) == 1 else SEVERAL
+
+
+def landing(qid: str, lands_on: Sequence[str], slot_of: dict[str, int]) -> Landing:
+    """The landing of the hit on ``qid``, which ``lands_on`` names by id (``slot_of``: the
+    slots of the questions read on the way)."""
+    if list(lands_on) == [qid]:
+        return ()
+    if all(o in slot_of for o in lands_on):
+        return tuple((slot_of[o], o) for o in lands_on)
+    return None

@@ -1,0 +1,137 @@
+"""Following duplicate links by vector slot: the same results as reading each hit, and where
+a hit leads learnt again after every commit, in this process or another."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from qres.backends.embedded import EmbeddedBackend, snapshot
+from qres.corpus import duplicate_links
+from qres.corpus.readers import Question
+from qres.indexing.pipeline import index_questions
+from qres.ranking import duplicates
+from qres.ranking.search import SearchPipeline
+
+from .fakes import TableEncoder
+
+WORDS = "visa border schengen overstay fine penalty train ticket airport bag lost rail".split()
+ENCODER = TableEncoder({w: i % 6 for i, w in enumerate(WORDS)}, dim=6)
+
+
+def random_forum(seed: int, size: int = 240) -> list[Question]:
+    """Questions of a few shared words, with duplicate links of every shape: one original,
+    several, chains, cycles, and originals the forum does not hold."""
+    rng = random.Random(seed)
+    questions = [
+        Question(str(n), " ".join(rng.choices(WORDS, k=4)), " ".join(rng.choices(WORDS, k=12)))
+        for n in range(size)
+    ]
+    links = {}
+    for n in rng.sample(range(size), size // 3):
+        originals = rng.sample(range(size), rng.choice([1, 1, 1, 2, 3]))
+        named = [str(o) for o in originals if o != n] + (["gone"] if rng.random() < 0.1 else [])
+        links[str(n)] = [(o, f"2012-0{rng.randint(1, 9)}-01") for o in named]
+    return duplicate_links.attach(questions, {d: o for d, o in links.items() if o})
+
+
+@pytest.fixture(scope="module")
+def forum_index(tmp_path_factory):
+    path = tmp_path_factory.mktemp("walk") / "index"
+    with EmbeddedBackend(path, create=True) as backend:
+        index_questions(backend, random_forum(7), encoder=ENCODER, workers=0)
+    return path
+
+
+def searches(pipeline, queries, modes=("bm25", "hybrid"), ks=(1, 3, 10)):
+    return [
+        [(r.id, r.via, r.score, r.bm25, r.cosine, r.title) for r in pipeline.search(q, k, mode)]
+        for mode in modes
+        for k in ks
+        for q in queries
+    ]
+
+
+def test_voting_by_slot_ranks_exactly_as_reading_every_hit(forum_index, monkeypatch):
+    rng = random.Random(3)
+    queries = [" ".join(rng.choices(WORDS, k=rng.choice([1, 2, 4]))) for _ in range(40)]
+    with EmbeddedBackend(forum_index) as backend:
+        pipeline = SearchPipeline(backend, ENCODER)
+        assert pipeline.follow_duplicates
+        took = []
+        by_slot = duplicates.follow_by_slot
+        monkeypatch.setattr(
+            duplicates, "follow_by_slot", lambda *a: took.append(by_slot(*a)) or took[-1]
+        )
+        fast = searches(pipeline, queries)
+        assert sum(r is not None for r in took) > 0.9 * len(took)  # the slot walk ran
+        assert any(any(v for _, v, *_ in results) for results in fast)  # originals shown
+        monkeypatch.setattr(duplicates, "follow_by_slot", lambda *a: None)
+        assert searches(pipeline, queries) == fast
+
+
+def test_a_voter_family_short_of_k_ranks_deeper_as_before(forum_index, monkeypatch):
+    monkeypatch.setattr(duplicates, "VOTERS", 3)  # fewer families than k among the voters
+    with EmbeddedBackend(forum_index) as backend:
+        pipeline = SearchPipeline(backend, ENCODER)
+        fast = searches(pipeline, ["visa fine", "train"], ks=(5, 20))
+        monkeypatch.setattr(duplicates, "follow_by_slot", lambda *a: None)
+        assert searches(pipeline, ["visa fine", "train"], ks=(5, 20)) == fast
+
+
+FORUM = [
+    Question("1", "schengen visa border", "Do I need a Schengen visa at the border crossing?"),
+    Question("21", "overstay penalty fine", "overstay fine penalty days airport officer"),
+    Question("5", "tipping usa restaurants", "How much to tip in restaurants"),
+]
+ORIGINAL = Question("1", "schengen visa border", "visa border crossing")
+
+
+def shown(backend):
+    return [(r.id, r.via) for r in SearchPipeline(backend, ENCODER).search("overstay", 3, "bm25")]
+
+
+@pytest.mark.parametrize("writer_apart", [False, True], ids=["same backend", "another one"])
+def test_where_a_hit_leads_follows_each_commit(tmp_path, writer_apart):
+    path = tmp_path / "index"
+    with EmbeddedBackend(path, create=True) as backend:
+        index_questions(
+            backend,
+            duplicate_links.attach(FORUM, {"21": [("1", "2012-01-01")]}),
+            encoder=ENCODER,
+            workers=0,
+        )
+    reader = EmbeddedBackend(path)
+    writer = EmbeddedBackend(path) if writer_apart else reader
+    try:
+        assert shown(reader) == [("1", "21")]
+        writer.delete(["1"])  # the original gone: its duplicate stands for itself
+        writer.commit()
+        assert shown(reader) == [("21", None)]
+        writer.upsert([ORIGINAL], ENCODER.encode_questions([ORIGINAL]))  # back, at a new slot
+        writer.commit()
+        assert shown(reader) == [("1", "21")]
+        with EmbeddedBackend(path) as fresh:  # as a reader opened now sees it
+            assert shown(fresh) == shown(reader)
+    finally:
+        if writer is not reader:
+            writer.close()
+        reader.close()
+
+
+def test_a_commit_that_keeps_meta_json_s_stat_is_seen_at_the_next_content_check(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "index"
+    with EmbeddedBackend(path, create=True) as backend:
+        index_questions(backend, FORUM, encoder=ENCODER, workers=0)
+    monkeypatch.setattr(snapshot, "_stat", lambda path: "the same stat")  # a file replaced
+    with EmbeddedBackend(path) as reader, EmbeddedBackend(path) as writer:  # in one tick
+        assert reader.count() == 3
+        monkeypatch.setattr(snapshot, "_RECHECK_S", 3600.0)
+        writer.delete(["5"])
+        writer.commit()
+        assert reader.count() == 3  # the stat says nothing changed, and it is not time yet
+        monkeypatch.setattr(snapshot, "_RECHECK_S", 0.0)
+        assert reader.count() == 2
