@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from qres.backends.embedded import EmbeddedBackend, snapshot
+from qres.backends.embedded.landings import Landings
 from qres.corpus import duplicate_links
 from qres.corpus.readers import Question
 from qres.indexing.pipeline import index_questions
@@ -135,3 +137,17 @@ def test_a_commit_that_keeps_meta_json_s_stat_is_seen_at_the_next_content_check(
         assert reader.count() == 3  # the stat says nothing changed, and it is not time yet
         monkeypatch.setattr(snapshot, "_RECHECK_S", 0.0)
         assert reader.count() == 2
+
+
+def test_where_hits_lead_is_learnt_once_and_right_while_another_search_grows_the_array():
+    landings = Landings()
+
+    def resolve(positions):
+        assert positions == [0, 1]
+        landings.of(np.array([5000]), lambda positions: [()])  # another search, meanwhile
+        return [((7, "seven"),), ()]
+
+    assert landings.of(np.array([3, 4]), resolve).to.tolist() == [7, 4]
+    again = landings.of(np.array([4, 3, 5000]), lambda positions: pytest.fail("read again"))
+    assert again.to.tolist() == [4, 7, 5000]
+    assert again.names[7] == "seven" and landings.slot_of["seven"] == 7

@@ -48,27 +48,30 @@ class Landings:
             to = grown[slots]
         if len(to) and to.min() < 0:
             unknown = np.flatnonzero(to == UNKNOWN).tolist()
-            if unknown:
-                self._learn(slots[unknown].tolist(), resolve(unknown))
-                to = self.to[slots]
+            if unknown:  # (``to`` is this search's copy: another thread may grow the array)
+                to[unknown] = self._learn(slots[unknown].tolist(), resolve(unknown))
             if (to == UNSLOTTED).any():
                 return None
         several = np.flatnonzero(to == SEVERAL).tolist() if len(to) and to.min() < 0 else []
         return Landed(slots, to, self.names, {at: self.several[int(slots[at])] for at in several})
 
-    def _learn(self, slots: Sequence[int], landings: Sequence[Landing]) -> None:
-        to = self.to
+    def _learn(self, slots: Sequence[int], landings: Sequence[Landing]) -> list[int]:
+        """Keep where the hits at ``slots`` lead; returns the slot each leads to (or
+        SEVERAL, UNSLOTTED)."""
+        learnt = []
         for slot, landing in zip(slots, landings, strict=True):
             if landing is None:
-                to[slot] = UNSLOTTED
+                learnt.append(UNSLOTTED)
             elif not landing:
-                to[slot] = slot
+                learnt.append(slot)
             else:
                 self.names.update(landing)  # before the slot says where to look
                 self.slot_of.update((qid, at) for at, qid in landing)
                 if len(landing) > 1:
                     self.several[slot] = landing
-                to[slot] = landing[0][0] if len(landing) == 1 else SEVERAL
+                learnt.append(landing[0][0] if len(landing) == 1 else SEVERAL)
+        self.to[slots] = learnt
+        return learnt
 
 
 def landing(qid: str, lands_on: Sequence[str], slot_of: dict[str, int]) -> Landing:
