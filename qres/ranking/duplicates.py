@@ -77,14 +77,7 @@ def follow(
     for at, qid in enumerate(ids):
         for landed in landings[qid]:
             families.setdefault(landed, []).append(at)
-    floor = min(scores, default=0.0)
-    voted = {
-        qid: scores[at[0]] + VOTE * sum(scores[a] - floor for a in at[1:])
-        if len(at) > 1
-        else scores[at[0]]
-        for qid, at in families.items()
-    }
-    best = sorted(families, key=voted.__getitem__, reverse=True)[:k]  # stable: ties by rank
+    best, voted = _vote(families, scores, k)
     hits = _results(ranked, [families[qid][0] for qid in best])
     shown = [_shown(hit, qid, voted[qid]) for hit, qid in zip(hits, best, strict=True)]
     # Past the voters (a top k deeper than their families), in rank order.
@@ -122,15 +115,7 @@ def follow_by_slot(ranked, found, k: int) -> list | None:
             families[slot] = [at]
     if len(families) < k and len(ranked) > len(landed.to):
         return None
-    score = scores.tolist()
-    floor = min(score)
-    voted = {
-        slot: score[at[0]] + VOTE * sum(score[a] - floor for a in at[1:])
-        if len(at) > 1
-        else score[at[0]]
-        for slot, at in families.items()
-    }
-    best = sorted(families, key=voted.__getitem__, reverse=True)[:k]  # stable: ties by rank
+    best, voted = _vote(families, scores.tolist(), k)
     heads = [families[slot][0] for slot in best]
     hits = _results(ranked, heads)
     slots, names = landed.slots, landed.names
@@ -138,6 +123,19 @@ def follow_by_slot(ranked, found, k: int) -> list | None:
         _shown(hit, hit.id if slot == slots[at] else names[slot], voted[slot])
         for hit, slot, at in zip(hits, best, heads, strict=True)
     ]
+
+
+def _vote(families: dict, scores: list[float], k: int) -> tuple[list, dict]:
+    """The ``k`` families (positions of their hits, by what they lead to) with the best
+    votes, ties in the order met, and each family's vote."""
+    floor = min(scores, default=0.0)
+    voted = {
+        family: scores[at[0]] + VOTE * sum(scores[a] - floor for a in at[1:])
+        if len(at) > 1
+        else scores[at[0]]
+        for family, at in families.items()
+    }
+    return sorted(families, key=voted.__getitem__, reverse=True)[:k], voted
 
 
 def _lead(ids: Sequence[str], fetch) -> dict[str, list[str]]:
