@@ -4,6 +4,8 @@ a hit leads learnt again after every commit, in this process or another."""
 from __future__ import annotations
 
 import random
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -151,3 +153,33 @@ def test_where_hits_lead_is_learnt_once_and_right_while_another_search_grows_the
     again = landings.of(np.array([4, 3, 5000]), lambda positions: pytest.fail("read again"))
     assert again.to.tolist() == [4, 7, 5000]
     assert again.names[7] == "seven" and landings.slot_of["seven"] == 7
+
+
+def test_searches_at_once_on_a_new_searcher_all_read_where_hits_lead():
+    # Each commit seen starts a new Landings, which the first searches grow at once.
+    rounds, threads_at_once = 300, 6
+    fresh = [Landings() for _ in range(rounds)]
+    start, failures = threading.Barrier(threads_at_once), []
+
+    def search(seed):
+        rng = random.Random(seed)
+        for landings in fresh:
+            start.wait()
+            slots = np.array(rng.sample(range(1024 * rng.randint(1, 64)), 20))
+            try:
+                landed = landings.of(slots, lambda positions: [()] * len(positions))
+                assert landed.to.tolist() == slots.tolist()  # each stands for itself
+            except Exception as error:  # noqa: BLE001 - any failure is the finding
+                failures.append(repr(error))
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can
+    try:
+        threads = [threading.Thread(target=search, args=(n,)) for n in range(threads_at_once)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switching)
+    assert failures == []

@@ -13,6 +13,7 @@ a search meets its slot, and from then on costs an array read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -29,7 +30,8 @@ class Landings:
     hits lead to (an array, grown as larger slots are met), and the ids of those."""
 
     def __init__(self):
-        self.to = np.full(0, UNKNOWN, np.int32)  # 4 MB at a million slots
+        self.to = np.full(0, UNKNOWN, np.int32)  # 4 MB at a million slots; only ever grows
+        self._growing = threading.Lock()
         self.names: dict[int, str] = {}  # the id at each slot hits lead to from elsewhere
         self.several: dict[int, tuple[tuple[int, str], ...]] = {}  # by slot: where it leads
         self.slot_of: dict[str, int] = {}  # the slot of each question hits lead to, by id
@@ -42,10 +44,7 @@ class Landings:
         try:
             to = self.to[slots]
         except IndexError:  # a slot past those met so far
-            grown = np.full(max(2 * len(self.to), int(slots.max()) + 1, 1024), UNKNOWN, np.int32)
-            grown[: len(self.to)] = self.to
-            self.to = grown  # another thread may write into the old array: met again later
-            to = grown[slots]
+            to = self._grown(int(slots.max()) + 1)[slots]
         if len(to) and to.min() < 0:
             unknown = np.flatnonzero(to == UNKNOWN).tolist()
             if unknown:  # (``to`` is this search's copy: another thread may grow the array)
@@ -54,6 +53,17 @@ class Landings:
                 return None
         several = np.flatnonzero(to == SEVERAL).tolist() if len(to) and to.min() < 0 else []
         return Landed(slots, to, self.names, {at: self.several[int(slots[at])] for at in several})
+
+    def _grown(self, needed: int) -> np.ndarray:
+        """The array, grown to hold ``needed`` slots; searches at once grow it one at a
+        time (what another writes into the old one meanwhile is learnt again later)."""
+        with self._growing:
+            current = self.to
+            if len(current) < needed:
+                grown = np.full(max(2 * len(current), needed, 1024), UNKNOWN, np.int32)
+                grown[: len(current)] = current
+                self.to = current = grown
+            return current
 
     def _learn(self, slots: Sequence[int], landings: Sequence[Landing]) -> list[int]:
         """Keep where the hits at ``slots`` lead; returns the slot each leads to (or
