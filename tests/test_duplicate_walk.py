@@ -40,12 +40,15 @@ def random_forum(seed: int, size: int = 240) -> list[Question]:
     return duplicate_links.attach(questions, {d: o for d, o in links.items() if o})
 
 
-@pytest.fixture(scope="module")
-def forum_index(tmp_path_factory):
+@pytest.fixture(scope="module", params=["vectors", "no vectors"])
+def forum_index(tmp_path_factory, request):
+    """The forum indexed with vectors (searched in bm25 and hybrid mode, the walk keyed by
+    vector slot) or without (bm25 mode, keyed by the numbers Landings gives documents)."""
     path = tmp_path_factory.mktemp("walk") / "index"
+    encoder = ENCODER if request.param == "vectors" else None
     with EmbeddedBackend(path, create=True) as backend:
-        index_questions(backend, random_forum(7), encoder=ENCODER, workers=0)
-    return path
+        index_questions(backend, random_forum(7), encoder=encoder, workers=0)
+    return path, encoder, ("bm25", "hybrid") if encoder else ("bm25",)
 
 
 def searches(pipeline, queries, modes=("bm25", "hybrid"), ks=(1, 3, 10)):
@@ -60,28 +63,30 @@ def searches(pipeline, queries, modes=("bm25", "hybrid"), ks=(1, 3, 10)):
 def test_voting_by_slot_ranks_exactly_as_reading_every_hit(forum_index, monkeypatch):
     rng = random.Random(3)
     queries = [" ".join(rng.choices(WORDS, k=rng.choice([1, 2, 4]))) for _ in range(40)]
-    with EmbeddedBackend(forum_index) as backend:
-        pipeline = SearchPipeline(backend, ENCODER)
+    path, encoder, modes = forum_index
+    with EmbeddedBackend(path) as backend:
+        pipeline = SearchPipeline(backend, encoder)
         assert pipeline.follow_duplicates
         took = []
         by_slot = duplicates.follow_by_slot
         monkeypatch.setattr(
             duplicates, "follow_by_slot", lambda *a: took.append(by_slot(*a)) or took[-1]
         )
-        fast = searches(pipeline, queries)
+        fast = searches(pipeline, queries, modes)
         assert sum(r is not None for r in took) > 0.9 * len(took)  # the slot walk ran
         assert any(any(v for _, v, *_ in results) for results in fast)  # originals shown
         monkeypatch.setattr(duplicates, "follow_by_slot", lambda *a: None)
-        assert searches(pipeline, queries) == fast
+        assert searches(pipeline, queries, modes) == fast
 
 
 def test_a_voter_family_short_of_k_ranks_deeper_as_before(forum_index, monkeypatch):
     monkeypatch.setattr(duplicates, "VOTERS", 3)  # fewer families than k among the voters
-    with EmbeddedBackend(forum_index) as backend:
-        pipeline = SearchPipeline(backend, ENCODER)
-        fast = searches(pipeline, ["visa fine", "train"], ks=(5, 20))
+    path, encoder, modes = forum_index
+    with EmbeddedBackend(path) as backend:
+        pipeline = SearchPipeline(backend, encoder)
+        fast = searches(pipeline, ["visa fine", "train"], modes, ks=(5, 20))
         monkeypatch.setattr(duplicates, "follow_by_slot", lambda *a: None)
-        assert searches(pipeline, ["visa fine", "train"], ks=(5, 20)) == fast
+        assert searches(pipeline, ["visa fine", "train"], modes, ks=(5, 20)) == fast
 
 
 FORUM = [
@@ -183,3 +188,18 @@ def test_searches_at_once_on_a_new_searcher_all_read_where_hits_lead():
     finally:
         sys.setswitchinterval(switching)
     assert failures == []
+
+
+def test_documents_without_a_slot_are_numbered_once_each_up_to_a_bound(monkeypatch):
+    from types import SimpleNamespace
+
+    from qres.backends.embedded import landings as landings_module
+
+    monkeypatch.setattr(landings_module, "_NUMBERED", 3)
+    at = lambda segment, doc: SimpleNamespace(segment_ord=segment, doc=doc)  # noqa: E731
+    landings = Landings()
+    first = landings.numbers([at(0, 5), at(1, 5), at(0, 5)]).tolist()
+    assert first[0] == first[2] and len(set(first)) == 2
+    assert landings.numbers([at(1, 5), at(2, 0)]).tolist() == [first[1], max(first) + 1]
+    assert landings.numbers([at(3, 3)]) is None  # past the bound: the walk reads each hit
+    assert landings.numbers([at(0, 5)]).tolist() == [first[0]]

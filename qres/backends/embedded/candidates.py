@@ -11,7 +11,7 @@ duplicate links are followed (:class:`~qres.backends.embedded.landings.Landings`
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tantivy
@@ -123,29 +123,48 @@ class TantivyCandidates(Candidates):
     def landing_slots(self, rows, lead):
         # Known by slot once a search of this searcher met it; else worked out from the
         # stored questions (those of hits not closed never read), and kept.
-        if self._landings is None or not self._snapshot.marks_closed or not self._slots:
+        if self._landings is None or not self._snapshot.marks_closed or not self._addresses:
             return None
-        if self._slot_array is None:
-            self._slot_array = np.array(self._slots, np.int64)
         rows = np.asarray(rows, np.int64)
-        slots = self._slot_array[rows]
-        if len(slots) and int(slots.min()) < 0:
+        slots = self._slots_at(rows)
+        if slots is None:
             return None
         return self._landings.of(slots, lambda at: self._leads(rows[at].tolist(), lead))
+
+    def _slots_at(self, rows: np.ndarray) -> np.ndarray | None:
+        """What stands for the document of each of ``rows`` in :class:`Landings`: its vector
+        slot, or in an index without vectors the number Landings gives it; None where one
+        has none."""
+        if not self._slots:  # no vectors
+            return self._landings.numbers([self._addresses[row] for row in rows.tolist()])
+        if self._slot_array is None:
+            self._slot_array = np.array(self._slots, np.int64)
+        slots = self._slot_array[rows]
+        return None if len(slots) and int(slots.min()) < 0 else slots
+
+    def _slot_of(self, slot: int | None, address) -> int | None:
+        """:meth:`_slots_at` for one document, given its vector slot and address."""
+        if not self._slots:
+            numbers = self._landings.numbers([address])
+            return None if numbers is None else int(numbers[0])
+        return slot if slot is not None and slot >= 0 else None
+
+    def _slot_of_row(self, row: int) -> int | None:
+        return self._slot_of(self._slots[row] if self._slots else None, self._addresses[row])
 
     def _leads(self, rows: list[int], lead) -> list[Landing]:
         """The landing of each hit at ``rows``, worked out by ``lead`` from the stored
         questions."""
         ids, marks = self.ids(rows), self._closed_marks()
-        slot_of = {qid: self._slots[row] for qid, row in zip(ids, rows, strict=True)}
+        slot_of = {qid: self._slot_of_row(row) for qid, row in zip(ids, rows, strict=True)}
 
         def fetch(wanted):  # the hits' questions where the search found them, others by id
             held = self.stored([q for q in wanted if q in self._row_of], fetch=dict)
-            slot_of.update((q, self._slots[self._row_of[q]]) for q in held)
+            slot_of.update((q, self._slot_of_row(self._row_of[q])) for q in held)
             rest = [q for q in wanted if q not in held]
-            return held | (
-                fetch_from(self._snapshot, self._searcher, rest, slot_of) if rest else {}
-            )
+            if not rest:
+                return held
+            return held | fetch_from(self._snapshot, self._searcher, rest, slot_of, self._slot_of)
 
         closed = [qid for qid, row in zip(ids, rows, strict=True) if marks[row] is not False]
         lands_on = lead(closed, fetch) if closed else {}
@@ -158,7 +177,8 @@ class TantivyCandidates(Candidates):
         # question kept; the others are looked up in the same snapshot (what a search reads
         # is one generation's).
         found = {}
-        led_to = self._landings.slot_of if self._landings is not None else {}
+        slotted = self._landings is not None and self._slots  # (numbers are not slots)
+        led_to = self._landings.slot_of if slotted else {}
         kept = self._snapshot.stored_at_slot
         for qid in ids:
             row = self._row_of.get(qid)
@@ -181,19 +201,24 @@ class TantivyCandidates(Candidates):
 
 
 def fetch_from(
-    snapshot: Snapshot, searcher, ids: Sequence[str], slot_of: dict | None = None
+    snapshot: Snapshot,
+    searcher,
+    ids: Sequence[str],
+    slot_of: dict | None = None,
+    slot: Callable = lambda slot, address: slot if slot is not None and slot >= 0 else None,
 ) -> dict[str, Question]:
     """The stored questions of ``ids`` that ``searcher`` (of ``snapshot``) finds, by id
-    (``slot_of``: their slots are added to it, those with one)."""
+    (``slot_of``: what ``slot(vector slot, address)`` gives each is added to it, where not
+    None)."""
     query = id_query(snapshot.index.schema, ids)
     addresses = [address for _, address in searcher.search(query, len(set(ids)), count=False).hits]
     slots = searcher.fast_field_values("slot", addresses) if addresses else []
     found = {}
-    for slot, address in zip(slots, addresses, strict=True):
-        question = _stored_question(snapshot, -1 if slot is None else slot, searcher, address)
+    for at, address in zip(slots, addresses, strict=True):
+        question = _stored_question(snapshot, -1 if at is None else at, searcher, address)
         found[question.id] = question
-        if slot_of is not None and slot is not None and slot >= 0:
-            slot_of[question.id] = slot
+        if slot_of is not None and (stands_for := slot(at, address)) is not None:
+            slot_of[question.id] = stands_for
     return found
 
 

@@ -13,6 +13,7 @@ a search meets its slot, and from then on costs an array read.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 
@@ -21,6 +22,7 @@ import numpy as np
 from qres.backends.base import SEVERAL, Landed
 
 UNKNOWN, UNSLOTTED = -1, -3  # a slot not met yet; one leading to a question without a slot
+_NUMBERED = 200_000  # documents without a vector slot numbered per searcher, at most
 
 Landing = tuple[tuple[int, str], ...] | None  # (slot, id) of each question it leads to
 
@@ -35,6 +37,8 @@ class Landings:
         self.names: dict[int, str] = {}  # the id at each slot hits lead to from elsewhere
         self.several: dict[int, tuple[tuple[int, str], ...]] = {}  # by slot: where it leads
         self.slot_of: dict[str, int] = {}  # the slot of each question hits lead to, by id
+        self._numbered: dict[tuple[int, int], int] = {}  # by (segment, document)
+        self._counting = itertools.count()
 
     def of(self, slots: np.ndarray, resolve: Callable[[list[int]], list[Landing]]) -> Landed | None:
         """Where the hits with ``slots`` (in rank order) lead; None where one leads to a
@@ -53,6 +57,22 @@ class Landings:
                 return None
         several = np.flatnonzero(to == SEVERAL).tolist() if len(to) and to.min() < 0 else []
         return Landed(slots, to, self.names, {at: self.several[int(slots[at])] for at in several})
+
+    def numbers(self, addresses) -> np.ndarray | None:
+        """A number for each document at ``addresses`` (tantivy's, of this generation's
+        searcher), the same each time it is met: what a vector slot is in an index with
+        vectors. None once the searcher numbered :data:`_NUMBERED` (a search then reads
+        each hit's id, as before)."""
+        numbered, numbers = self._numbered, []
+        for address in addresses:
+            at = (address.segment_ord, address.doc)
+            number = numbered.get(at)
+            if number is None:
+                if len(numbered) >= _NUMBERED:
+                    return None
+                number = numbered.setdefault(at, next(self._counting))  # one per document
+            numbers.append(number)
+        return np.array(numbers, np.int64)
 
     def _grown(self, needed: int) -> np.ndarray:
         """The array, grown to hold ``needed`` slots; searches at once grow it one at a
@@ -84,11 +104,11 @@ class Landings:
         return learnt
 
 
-def landing(qid: str, lands_on: Sequence[str], slot_of: dict[str, int]) -> Landing:
+def landing(qid: str, lands_on: Sequence[str], slot_of: dict[str, int | None]) -> Landing:
     """The landing of the hit on ``qid``, which ``lands_on`` names by id (``slot_of``: the
     slots of the questions read on the way)."""
     if list(lands_on) == [qid]:
         return ()
-    if all(o in slot_of for o in lands_on):
+    if all(slot_of.get(o) is not None for o in lands_on):
         return tuple((slot_of[o], o) for o in lands_on)
     return None
