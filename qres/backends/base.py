@@ -62,8 +62,9 @@ SEVERAL = -2  # in Landed.to: the hit leads to several questions (Landed.several
 
 @dataclass
 class Landed:
-    """Where a ranking's hits lead when duplicate links are followed, by vector slot
-    (:meth:`Candidates.landing_slots`)."""
+    """Where a ranking's hits lead when duplicate links are followed, by vector slot (or
+    a number that stands for one in an index without vectors;
+    :meth:`Candidates.landing_slots`)."""
 
     slots: np.ndarray  # each hit's slot, in rank order
     to: np.ndarray  # the slot each leads to (its own where it stands for itself) or SEVERAL

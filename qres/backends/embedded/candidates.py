@@ -45,7 +45,6 @@ class TantivyCandidates(Candidates):
         self._slots: list[int] = []
         self._slot_array: np.ndarray | None = None  # the same, once landing_slots asks
         self._snapshot = snapshot
-        self.slot_space = snapshot  # a slot names one document until the index is reopened
         self._backend = backend  # its ANN file names rows: read when an id is not known
         self._row_of: dict[str, int] = {}  # the rows whose ids were asked for, by id
         self._read: dict[int, tantivy.Document] = {}  # documents read for their ids, by row
@@ -53,6 +52,8 @@ class TantivyCandidates(Candidates):
         self.scores = np.array([score for score, _ in hits], dtype=np.float64)
         self.cosine = self.has_vector = self.cosines = None
         self._has_ann = backend._dim(0) is not None  # an index with vectors may have one
+        # a slot names one document until the index is reopened; a number, within a searcher
+        self.slot_space = snapshot if self._has_ann else landings
         if hits and (query_vector is not None or self._has_ann):
             self._read_slots()
         if query_vector is not None:

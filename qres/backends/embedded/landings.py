@@ -8,7 +8,9 @@ changes only when the index does. :class:`Landings` keeps it by vector slot (a s
 document never changes) for as long as one tantivy searcher lives: the backend replaces both
 together whenever it sees a commit (``Snapshot.reload``), since a commit that deletes or adds
 an original changes where its duplicates lead. A hit's landing is worked out the first time
-a search meets its slot, and from then on costs an array read.
+a search meets its slot, and from then on costs an array read. An index without vectors has
+no slots: each document a search meets is given a number instead, by its tantivy address,
+which holds for the searcher's life.
 """
 
 from __future__ import annotations
