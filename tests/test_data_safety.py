@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qres.backends import embedded
 from qres.backends.base import BackendError
 from qres.backends.embedded import EmbeddedBackend
 from qres.corpus.readers import Question
@@ -334,6 +335,38 @@ def test_a_nearest_search_overlapping_a_swap_reads_the_new_index(tmp_path, encod
     monkeypatch.setattr(EmbeddedBackend, "_live_rows", live_rows_then_swap)
     assert [h.id for h in reader.nearest(query, 5)] == before
     assert swapped and reader.storage()["dead_vector_rows"] == 0  # it follows the new index
+    reader.close()
+
+
+def test_a_swap_between_the_look_for_a_swap_and_the_look_for_a_commit_reloads_nothing(
+    tmp_path, encoder, monkeypatch
+):
+    """A swap lands just after a read saw the index's directory unchanged: the look at
+    tantivy's meta.json that follows sees the new index's commit, and reloading it would
+    read the new index's renumbered rows into the old index's generation (a fetch answered
+    with other questions than asked: a KeyError beside a writer that compacts). It reloads
+    nothing; the read then finds the swap and is answered from the new index."""
+    questions = make_corpus(100)
+    build(tmp_path / "ix", questions, encoder)
+    build(tmp_path / "ix", questions[:60], encoder)  # live rows 60-159, renumbered 0-99 next
+    reader = EmbeddedBackend(tmp_path / "ix")
+    ids = [q.id for q in questions]
+    assert reader.fetch(ids).keys() == set(ids)  # each kept by its row, as searches keep them
+    real_identity, swapped = embedded.identity_of, []
+
+    def swap_after_the_look(path):
+        seen = real_identity(path)
+        if not swapped:
+            swapped.append(1)
+            with EmbeddedBackend(tmp_path / "ix") as writer:
+                writer.compact()
+        return seen
+
+    monkeypatch.setattr(embedded, "identity_of", swap_after_the_look)
+    found = reader.fetch(ids)  # its look at the directory sees the old one, then the swap
+    assert swapped and {qid: q.title for qid, q in found.items()} == {
+        q.id: q.title for q in questions
+    }
     reader.close()
 
 

@@ -247,7 +247,7 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
                     self._meta = read_meta(self.path / "meta.json")
                     self._load_engine()
         else:
-            self._snapshot.follow_commits()
+            self._snapshot.follow_commits(lambda: not self._replaced())
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -411,11 +411,15 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         return {doc["id"][0]: doc for doc in docs}
 
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
-        self._follow_swaps()
         if not ids:
+            self._follow_swaps()
             return {}
-        snapshot = self._snapshot
-        return fetch_from(snapshot, snapshot.index.searcher(), ids)
+
+        def read():
+            snapshot = self._snapshot
+            return fetch_from(snapshot, snapshot.index.searcher(), ids)
+
+        return self._consistent(read)
 
     def _consistent(self, read):
         """``read()`` on one snapshot of the index: read again if the index was swapped or

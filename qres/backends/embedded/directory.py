@@ -337,4 +337,4 @@ class WriterLock:
             self._load_engine()
         else:
             self._meta = read_meta(self.path / "meta.json")
-            self._snapshot.follow_commits()
+            self._snapshot.follow_commits(lambda: True)  # (the lock holds swaps off)

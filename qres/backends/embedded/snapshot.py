@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -68,9 +69,12 @@ class Snapshot:
         self.reading = (self.index.searcher(), Landings())
         self.slot_of = {}  # ids replaced since have other slots now
 
-    def follow_commits(self) -> None:
+    def follow_commits(self, same_directory: Callable[[], bool]) -> None:
         """Reload if another process committed since the last look (the stat of
-        ``meta.json`` changed, or half a second went by and its content did)."""
+        ``meta.json`` changed, or half a second went by and its content did), unless
+        ``same_directory()`` says a swap put another index at this one's path: tantivy would
+        reload that one's files into this generation (the caller reopens it instead; a read
+        a swap overtakes here is read again, as any read overlapping a swap)."""
         if self._meta_path is None or self.index is None:
             return
         stat, text, checked = self._seen
@@ -79,6 +83,8 @@ class Snapshot:
         with self._reloading:  # one thread reloads; the others then see it done
             seen = self._meta_seen()
             if seen[1] is not None and seen[1] != self._seen[1]:
+                if not same_directory():
+                    return
                 try:
                     self.reload()
                 except ValueError:  # its files not all there (yet): the next read tries again
