@@ -135,7 +135,7 @@ def test_a_commit_that_keeps_meta_json_s_stat_is_seen_at_the_next_content_check(
     path = tmp_path / "index"
     with EmbeddedBackend(path, create=True) as backend:
         index_questions(backend, FORUM, encoder=ENCODER, workers=0)
-    monkeypatch.setattr(snapshot, "_stat", lambda path: "the same stat")  # a file replaced
+    monkeypatch.setattr(snapshot, "file_stamp", lambda path: "the same")  # a file replaced
     with EmbeddedBackend(path) as reader, EmbeddedBackend(path) as writer:  # in one tick
         assert reader.count() == 3
         monkeypatch.setattr(snapshot, "_RECHECK_S", 3600.0)

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
-from qres.backends.embedded.directory import fsync_dir, log
+from qres.backends.embedded.directory import file_stamp, fsync_dir, log, stamp_of
 from qres.backends.embedded.documents import id_query
 from qres.backends.embedded.vectors import as_float32, int8_shortlist, quantise_rows
 
@@ -289,18 +289,15 @@ class AnnFiles:
         """The model's ANN file as it is now (None: there is none, or it cannot be used)."""
         cached = snapshot.ann.get(model)
         path = cached[0] if cached is not None else path_for(self._vector_file(model))
-        try:
-            now = os.stat(path)
-        except OSError:
-            now = None
-        if cached is not None and _same_file(cached[1], now):
+        now = file_stamp(path)
+        if cached is not None and cached[1] == now:
             return cached[2]
         found = None
         if now is not None:
             try:
                 found = AnnFile(path)
                 found.check(self._vector_rows(found.rows, model, snapshot, used=False))
-                now = found.stat
+                now = stamp_of(found.stat)
             except AnnFileError as err:
                 found = None
                 log.warning("%s: nearest() scans every row until the next write replaces it", err)
@@ -457,16 +454,6 @@ class AnnFiles:
         hits = searcher.search(query, max(searcher.num_docs, 1), count=False).hits
         found = searcher.fast_field_values("slot", [address for _, address in hits])
         return np.sort(np.asarray(found, np.int64))
-
-
-def _same_file(before, now) -> bool:
-    if before is None or now is None:
-        return before is None and now is None
-    return (before.st_ino, before.st_size, before.st_mtime_ns) == (
-        now.st_ino,
-        now.st_size,
-        now.st_mtime_ns,
-    )
 
 
 def _without_vector(schema, searcher) -> int:

@@ -206,7 +206,7 @@ def fetch_from(
     searcher,
     ids: Sequence[str],
     slot_of: dict | None = None,
-    slot: Callable = lambda slot, address: slot if slot is not None and slot >= 0 else None,
+    slot: Callable | None = None,
 ) -> dict[str, Question]:
     """The stored questions of ``ids`` that ``searcher`` (of ``snapshot``) finds, by id
     (``slot_of``: what ``slot(vector slot, address)`` gives each is added to it, where not

@@ -81,6 +81,20 @@ def identity_of(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells that the file at ``path`` was replaced or rewritten since: its inode,
+    size and modification time (None: no such file)."""
+    try:
+        return stamp_of(os.stat(path))
+    except OSError:
+        return None
+
+
+def stamp_of(st: os.stat_result) -> tuple[int, int, int]:
+    """:func:`file_stamp` of a file already opened and stat'ed."""
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def check_replaceable(path: Path) -> None:
     """Refuse to delete or replace ``path`` unless it is missing, empty or a qres index."""
     if not path.exists():
@@ -337,4 +351,4 @@ class WriterLock:
             self._load_engine()
         else:
             self._meta = read_meta(self.path / "meta.json")
-            self._snapshot.follow_commits(lambda: True)  # (the lock holds swaps off)
+            self._snapshot.follow_commits()  # (no swap can come: the lock holds them off)

@@ -51,13 +51,14 @@ class Landings:
             to = self.to[slots]
         except IndexError:  # a slot past those met so far
             to = self._grown(int(slots.max()) + 1)[slots]
-        if len(to) and to.min() < 0:
+        several = []
+        if len(to) and to.min() < 0:  # (most searches: none unknown, none to several)
             unknown = np.flatnonzero(to == UNKNOWN).tolist()
             if unknown:  # (``to`` is this search's copy: another thread may grow the array)
                 to[unknown] = self._learn(slots[unknown].tolist(), resolve(unknown))
             if (to == UNSLOTTED).any():
                 return None
-        several = np.flatnonzero(to == SEVERAL).tolist() if len(to) and to.min() < 0 else []
+            several = np.flatnonzero(to == SEVERAL).tolist()
         return Landed(slots, to, self.names, {at: self.several[int(slots[at])] for at in several})
 
     def numbers(self, addresses) -> np.ndarray | None:

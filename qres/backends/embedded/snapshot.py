@@ -12,7 +12,6 @@ keep its stat).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import tantivy
 
+from qres.backends.embedded.directory import file_stamp
 from qres.backends.embedded.landings import Landings
 
 _RECHECK_S = 0.5  # meta.json is read again at least this often, its stat unchanged or not
@@ -69,7 +69,7 @@ class Snapshot:
         self.reading = (self.index.searcher(), Landings())
         self.slot_of = {}  # ids replaced since have other slots now
 
-    def follow_commits(self, same_directory: Callable[[], bool]) -> None:
+    def follow_commits(self, same_directory: Callable[[], bool] = lambda: True) -> None:
         """Reload if another process committed since the last look (the stat of
         ``meta.json`` changed, or half a second went by and its content did), unless
         ``same_directory()`` says a swap put another index at this one's path: tantivy would
@@ -78,7 +78,7 @@ class Snapshot:
         if self._meta_path is None or self.index is None:
             return
         stat, text, checked = self._seen
-        if _stat(self._meta_path) == stat and time.monotonic() < checked + _RECHECK_S:
+        if file_stamp(self._meta_path) == stat and time.monotonic() < checked + _RECHECK_S:
             return
         with self._reloading:  # one thread reloads; the others then see it done
             seen = self._meta_seen()
@@ -95,17 +95,9 @@ class Snapshot:
         """(meta.json's stat, its content, when read)."""
         if self._meta_path is None:
             return None, None, 0.0
-        stat = _stat(self._meta_path)
+        stat = file_stamp(self._meta_path)
         try:
             text = self._meta_path.read_bytes()
         except OSError:  # mid-swap: the next look reads it
             text = None
         return stat, text, time.monotonic()
-
-
-def _stat(path: Path) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
