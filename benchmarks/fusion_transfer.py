@@ -72,9 +72,14 @@ def set_forms(set_name: str, encoders: list[Encoder]) -> dict[str, list[float]]:
     """Each way measured of weighting the set's cosines, by label: the set's name, or
     ``"NAME g=G"`` for each share of the GRU where the set holds it beside others."""
     fingerprints = [e.fingerprint for e in encoders]
-    if len(set(member_shares(fingerprints, 0.0))) == 1:
+    if model_set.shipped_gru_fingerprint() not in fingerprints or len(fingerprints) == 1:
         return {set_name: member_shares(fingerprints, 0.0)}
     return {f"{set_name} g={g:.2f}": member_shares(fingerprints, g) for g in GRU_SHARES}
+
+
+def fused_weights(w: float, shares: list[float]) -> list[float]:
+    """The weighted sum's parameters over [BM25/top, each member's cosine]."""
+    return [w, *((1 - w) * s for s in shares)]
 
 
 def cells(encoders: list[Encoder], data_dir: Path, forum: Path | None) -> dict[str, list]:
@@ -102,7 +107,7 @@ def cells(encoders: list[Encoder], data_dir: Path, forum: Path | None) -> dict[s
 def measure(lists, w: float, shares: list[float] = (1.0,)) -> float:
     """The cell's own measure (MAP, or nDCG@10 for the forum), percent."""
     key = "nDCG@10" if lists[0].source == "stackexchange" else "AP"
-    params = [w, *((1 - w) * s for s in shares)]
+    params = fused_weights(w, shares)
     return 100 * float(np.mean([fcv.query_metrics("weighted-sum", params, c)[key] for c in lists]))
 
 
@@ -263,7 +268,7 @@ def main() -> None:
         fusion = Fusion(
             bm25=w if one else 0.0,
             cosine=1 - w if one else 0.0,
-            params=None if one else [w, *((1 - w) * s for s in mix["shares"])],
+            params=None if one else fused_weights(w, mix["shares"]),
             source=(
                 f"benchmarks/fusion_transfer.py --model-set {args.model_set}: the median of "
                 "the weights chosen on SemEval-2016 (train, dev) alone, on the travel forum's "
