@@ -294,6 +294,48 @@ def test_hybrid_over_two_models_equals_a_hand_computation(tmp_path, two_model_in
     assert [r.id for r in equal] == [ids[i] for i in order]
 
 
+def test_dense_over_two_models_weighs_the_cosines_as_the_fusion_does(
+    tmp_path, two_model_index, encoders
+):
+    """Dense mode ranks by the cosines weighed as the fusion weighs them (scaled to sum to
+    1), so a model the fusion gives no say has none there either; with equal weights, or a
+    fusion that is no weighted sum, by their mean. The result's cosine is that mix."""
+    from qres.ranking.fusion import Fusion
+    from qres.ranking.search import SearchPipeline
+
+    a, b = encoders
+    path, questions = two_model_index
+    text = f"{questions[3].title} {questions[11].body}"
+    with EmbeddedBackend(path) as ix:
+        ids = [h.id for h in ix.search(text, 100)]
+        cos = {}
+        for e in encoders:
+            vectors, _ = ix.vectors(ids, model=e.fingerprint)
+            cos[e] = vectors @ e.encode_query(text)
+    weighed = {
+        (0.2, 0.5, 0.3): 0.625 * cos[b] + 0.375 * cos[a],
+        (0.1, 0.0, 0.9): cos[a],  # b without a say
+        (0.5, 0.25, 0.25): (cos[a] + cos[b]) / 2,
+    }
+    for params, expected in weighed.items():
+        fusion_file = Fusion(
+            bm25=0.0, cosine=0.0, params=list(params), models=[b.fingerprint, a.fingerprint]
+        ).save_file(tmp_path / "fusion.json")
+        with (
+            EmbeddedBackend(path) as ix,
+            SearchPipeline.for_index(ix, fusion=fusion_file, dense_candidates=0) as pipeline,
+        ):
+            got = pipeline.search(text, k=10, mode="dense")
+        order = np.argsort(-expected, kind="stable")[:10]
+        assert [r.id for r in got] == [ids[i] for i in order], params
+        assert [r.cosine for r in got] == pytest.approx(
+            [float(expected[i]) for i in order], abs=1e-5
+        )
+    other = Fusion(bm25=0.0, cosine=0.0, method="rrf", models=[b.fingerprint, a.fingerprint])
+    mean = (cos[a] + cos[b]) / 2
+    assert other.cosine_of([cos[b], cos[a]]) == pytest.approx(mean, abs=1e-6)
+
+
 def test_a_model_missing_at_query_time_is_named_in_one_line(tmp_path, models, encoders):
     import shutil
 

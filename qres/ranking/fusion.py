@@ -58,6 +58,16 @@ class Fusion:
             return self.bm25 * normalize_bm25(bm25) + self.cosine * cosines[0] + self.bias
         return score(self.method, self.params, signals(bm25, cosines)) + self.bias
 
+    def cosine_of(self, cosines: Sequence[np.ndarray]) -> np.ndarray:
+        """One cosine from several models' (what dense mode ranks by and a result shows):
+        weighed as this fusion weighs them, where it is a weighted sum that gives them any
+        weight (a member it gives none has no say), else their mean."""
+        weights = self.params[1:] if self.method == "weighted-sum" and self.params else []
+        if len(weights) != len(cosines) or min(weights) < 0 or len(set(weights)) == 1:
+            return np.mean(cosines, axis=0)
+        total = sum(weights)
+        return sum(w / total * c for w, c in zip(weights, cosines, strict=True) if w)
+
     @classmethod
     def equal(cls, models: Sequence[str]) -> Fusion:
         """Half the weight on BM25, the other half shared by the models' cosines."""

@@ -27,7 +27,9 @@ An index of several models (``qres index --model A --model B``) is searched with
 them: the query is encoded by each, every candidate gets one cosine per model, and the
 fusion (``--fusion FILE``, see :mod:`qres.ranking.fusion`; without one, the shipped fusion of
 :mod:`qres.encoders.model_set` when the index holds exactly that set, else equal weights) combines
-BM25 with every cosine. Dense mode ranks by the mean of the cosines.
+BM25 with every cosine. Dense mode ranks by the cosines as the fusion weighs them (a
+weighted sum's cosine weights, scaled to sum to 1; otherwise their mean): the default set's
+shipped GRU, which its fusion gives no say, has none there either.
 """
 
 from __future__ import annotations
@@ -508,7 +510,7 @@ class SearchPipeline:
         cosine, has_vector = found.cosine, found.has_vector
         cosines = [found.cosines[e.fingerprint] for e in self.encoders] if several else [cosine]
         if several:
-            cosine = np.mean(cosines, axis=0)
+            cosine = self.fusion.cosine_of(cosines)
         score = cosine if mode == "dense" else self.fusion.score(bm25, cosines)
         # Rescored candidates first by score; the ones without a vector after them, BM25 order
         # (lexsort is stable: equal scores keep their BM25 order too).

@@ -187,7 +187,9 @@ class HitOut(BaseModel):
     )
     bm25: float | None = Field(default=None, description="With explain: the BM25 score.")
     cosine: float | None = Field(
-        default=None, description="With explain: the cosine (the mean over models, if several)."
+        default=None,
+        description="With explain: the cosine (with several models, weighed as the fusion "
+        "weighs them: what dense mode ranks by).",
     )
     cosines: dict[str, float | None] | None = Field(
         default=None, description="With explain: each model's cosine, by model name."
