@@ -157,29 +157,26 @@ def main() -> None:
             encoders = {form: Encoder.load(dirs[form][kind]) for form in FORMS}
             speed = timed(encoders, questions, titles, args.rounds)
             vectors = {f: e.encode_questions(questions) for f, e in encoders.items()}
-            base = speed["qres"]
-            report[kind] = {
-                form: {
-                    **speed[form],
-                    "bulk_over_qres": round(
-                        speed[form]["bulk_questions_per_second"]
-                        / base["bulk_questions_per_second"],
-                        3,
-                    ),
-                    "qres_query_over_this": round(
-                        base["query_p50_ms"] / speed[form]["query_p50_ms"], 3
-                    ),
-                    "max_abs_difference_from_qres": float(
-                        np.abs(vectors[form] - vectors["qres"]).max()
-                    ),
-                    "fingerprint": encoders[form].fingerprint,
-                }
-                for form in FORMS
-            }
-    text = json.dumps(report, indent=2)
+            report[kind] = against_qres(speed, vectors, encoders)
     if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    json.dump(report, sys.stdout, indent=2)
+
+
+def against_qres(speed: dict, vectors: dict, encoders: dict) -> dict:
+    """Each form's speed, its ratios to qres's form and how far its vectors are from it."""
+    base = speed["qres"]
+    compared = {}
+    for form in FORMS:
+        bulk, query = speed[form]["bulk_questions_per_second"], speed[form]["query_p50_ms"]
+        compared[form] = {
+            **speed[form],
+            "bulk_over_qres": round(bulk / base["bulk_questions_per_second"], 3),
+            "qres_query_over_this": round(base["query_p50_ms"] / query, 3),
+            "max_abs_difference_from_qres": float(np.abs(vectors[form] - vectors["qres"]).max()),
+            "fingerprint": encoders[form].fingerprint,
+        }
+    return compared
 
 
 if __name__ == "__main__":
