@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
-import logging
 import os
 import statistics
 import sys
@@ -52,8 +52,12 @@ FORMS = ("qres", "eager", "eager-fused")
 
 @contextlib.contextmanager
 def exported_as(form: str):
-    """qres's import with its export step (and the int8 quantiser) changed for ``form``."""
-    export, quantize = import_encoder.onnx_graph, import_encoder._quantize_int8
+    """qres's import with its export step changed for ``form`` (its int8 quantiser told that
+    a type shape inference leaves unknown is float: a fused graph's custom ops do)."""
+    import onnx
+    import onnxruntime.quantization as quantization
+
+    export, quantize = import_encoder.onnx_graph, quantization.quantize_dynamic
 
     def onnx_graph(module, inputs, names):
         if form != "qres":
@@ -64,23 +68,13 @@ def exported_as(form: str):
         config = module.transformer.config  # (the optimizer cannot tell them from this graph)
         return fused(graph, config.num_attention_heads, config.hidden_size)
 
-    def quantize_int8(path: Path) -> None:
-        import onnx
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        fp32 = path.with_suffix(".fp32.onnx")
-        path.rename(fp32)
-        logging.getLogger().setLevel(logging.ERROR)
-        # A fused graph's custom ops leave shape inference without types: say they are float.
-        options = {"DefaultTensorType": onnx.TensorProto.FLOAT}
-        quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8, extra_options=options)
-        fp32.unlink()
-
-    import_encoder.onnx_graph, import_encoder._quantize_int8 = onnx_graph, quantize_int8
+    import_encoder.onnx_graph = onnx_graph
+    options = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+    quantization.quantize_dynamic = functools.partial(quantize, extra_options=options)
     try:
         yield
     finally:
-        import_encoder.onnx_graph, import_encoder._quantize_int8 = export, quantize
+        import_encoder.onnx_graph, quantization.quantize_dynamic = export, quantize
 
 
 def fused(graph: bytes, heads: int, hidden: int) -> bytes:
@@ -109,14 +103,16 @@ def build(source: Path, root: Path) -> dict[str, dict[str, Path]]:
     return dirs
 
 
-def timed(encoders: dict, questions: list, titles: list[str], rounds: int) -> dict:
-    """Bulk questions/s and query p50 (ms) of each encoder, taken in turn."""
+def timed(encoders: dict, questions: list, titles: list[str], rounds: int) -> tuple:
+    """Bulk questions/s and query p50 (ms) of each encoder, taken in turn; and the vectors
+    each gave the questions."""
     bulk = {name: [] for name in encoders}
     query = {name: [] for name in encoders}
+    vectors = {}
     for _ in range(rounds):
         for name, encoder in encoders.items():
             start = time.perf_counter()
-            encoder.encode_questions(questions)
+            vectors[name] = encoder.encode_questions(questions)
             bulk[name].append(len(questions) / (time.perf_counter() - start))
             times = []
             for title in titles:
@@ -124,13 +120,14 @@ def timed(encoders: dict, questions: list, titles: list[str], rounds: int) -> di
                 encoder.encode_query(title)
                 times.append((time.perf_counter() - start) * 1000)
             query[name].append(statistics.median(times))
-    return {
+    speed = {
         name: {
             "bulk_questions_per_second": round(statistics.median(bulk[name]), 1),
             "query_p50_ms": round(statistics.median(query[name]), 3),
         }
         for name in encoders
     }
+    return speed, vectors
 
 
 def main() -> None:
@@ -155,8 +152,7 @@ def main() -> None:
         dirs = build(args.source, Path(root))
         for kind in ("fp32", "int8-64"):
             encoders = {form: Encoder.load(dirs[form][kind]) for form in FORMS}
-            speed = timed(encoders, questions, titles, args.rounds)
-            vectors = {f: e.encode_questions(questions) for f, e in encoders.items()}
+            speed, vectors = timed(encoders, questions, titles, args.rounds)
             report[kind] = against_qres(speed, vectors, encoders)
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")

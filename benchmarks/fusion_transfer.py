@@ -156,18 +156,15 @@ def gru_share(tables: dict, mixes: dict, weights, proxy: Path | None) -> dict:
         cells = [n for n in tables[label] if n.startswith("stackexchange/")]
         return float(np.mean([tables[label][n][w] for n in cells]))
 
-    by_forum = max(
-        ((m, w) for m in order for w in weights),
-        key=lambda p: (forum_mean(*p), -order.index(p[0]), -p[1]),
-    )
-    picks = {"forum_alone": {"mix": by_forum[0], "weight": by_forum[1]}}
+    def best(pairs, figure) -> dict:  # ties: the smaller share of the GRU, then the smaller w
+        mix, w = max(pairs, key=lambda p: (figure(*p), -order.index(p[0]), -p[1]))
+        return {"mix": mix, "weight": w}
+
+    picks = {"forum_alone": best(((m, w) for m in order for w in weights), forum_mean)}
     if proxy is not None:
         means = {m: proxy_means(proxy, m) for m in order}
-        by_proxy = max(
-            ((m, w) for m in order for w in means[m]),
-            key=lambda p: (means[p[0]][p[1]], -order.index(p[0]), -p[1]),
-        )
-        picks["unsupervised_forums"] = {"mix": by_proxy[0], "weight": by_proxy[1]}
+        pairs = ((m, w) for m in order for w in means[m])
+        picks["unsupervised_forums"] = best(pairs, lambda m, w: means[m][w])
     taken = min((p["mix"] for p in picks.values()), key=order.index)
     return {"taken": taken, "shares": mixes[taken], **picks}
 
