@@ -546,3 +546,16 @@ def test_attention_export_times_each_graph_form_against_qres_own(shared_data, tm
         limit = 1e-5 if kind == "fp32" else 0.1
         assert all(form["max_abs_difference_from_qres"] < limit for form in forms.values())
         assert all(form["bulk_questions_per_second"] > 0 for form in forms.values())
+
+
+def test_runs_side_by_side_times_both_ways_of_running_the_same_model(shared_data, tmp_path):
+    out = tmp_path / "runs.json"
+    result = bench(
+        "runs_side_by_side.py", "--model", MODEL, "--forum", shared_data / "stackexchange-travel",
+        "--questions", 40, "--rounds", 1, "--out", out,
+    )  # fmt: skip
+    assert json.loads(out.read_text()) == result
+    assert result["questions"] == 40
+    assert set(result["questions_per_second"]) == {"side_by_side", "one_at_a_time"}
+    assert all(r["median"] > 0 for r in result["questions_per_second"].values())
+    assert result["max_abs_vector_difference"] < 1e-5  # the same vectors either way

@@ -197,6 +197,36 @@ def test_runs_are_cut_by_padded_tokens_and_cover_every_text_once():
     assert [len(r) for r in enc.token_runs([2] * 10, budget=1000, max_rows=4)] == [4, 4, 2]
 
 
+def test_runs_side_by_side_keep_their_order_and_at_most_so_many_going():
+    import threading
+    import time
+
+    going, most, started = [0], [0], []
+    lock = threading.Lock()
+
+    def run(item: int) -> int:
+        with lock:
+            started.append(item)
+            going[0] += 1
+            most[0] = max(most[0], going[0])
+        time.sleep(0.01 * (item % 3))  # later runs may end first
+        with lock:
+            going[0] -= 1
+        return item * 10
+
+    assert list(enc.side_by_side(run, range(12), 3)) == [i * 10 for i in range(12)]
+    assert most[0] == 3
+    assert list(enc.side_by_side(run, range(4), 1)) == [0, 10, 20, 30]  # in this thread
+    # a caller that stops (Ctrl-C raised by its progress callback) starts no more runs
+    started.clear()
+    with pytest.raises(KeyboardInterrupt):
+        for result in enc.side_by_side(run, range(100), 2):
+            if result == 30:
+                raise KeyboardInterrupt
+    time.sleep(0.1)
+    assert len(started) <= 5  # runs 0-3 consumed, at most one more begun
+
+
 def test_identical_questions_are_encoded_once_and_progress_counts_every_question():
     encoder = Encoder.load(MODEL, runtime=Runtime("cpu"))
     questions = [Question(str(i), f"wifi question {i % 20}", f"body {i % 20}") for i in range(60)]

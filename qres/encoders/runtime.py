@@ -32,7 +32,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -103,8 +104,9 @@ class Runtime:
     * ``bulk_threads`` (``$QRES_BULK_THREADS``, default 0 = one per core): CPU threads of
       bulk encoding. A recurrent (GRU) encoder runs that many batches at once, each on one
       thread: its per-step products are too small to split across threads (one-thread runs
-      encoded about 2x faster than two-thread ones on 2 cores). A transformer's bulk
-      session uses them as intra-op threads.
+      encoded about 2x faster than two-thread ones on 2 cores). A transformer does the same
+      with its runs of texts (on 2 cores its int8 runs went 1.07-1.19x, its fp32 ones ~1.05x
+      the speed of two-thread runs one after another).
     * ``spinning`` (``$QRES_ONNX_SPINNING=1``): let idle onnxruntime threads busy-wait for
       the next run. Off by default: spinning threads take the CPU from the rest of a query
       (tantivy, ranking) and from the other indexing stages.
@@ -238,8 +240,6 @@ class Encoder:
     bulk work runs on the query sessions).
     """
 
-    PARALLEL_RUNS = True  # bulk CPU work: one-thread runs side by side (see Runtime)
-
     def __init__(
         self,
         model_dir: Path,
@@ -319,7 +319,7 @@ class Encoder:
 
         def bulk_plan(chosen: list[str]) -> tuple[int, int]:
             """(intra-op threads, runs at once) of bulk work on ``chosen`` providers."""
-            if kind.PARALLEL_RUNS and CUDA not in chosen:
+            if CUDA not in chosen:  # one-thread runs side by side (see Runtime)
                 return 1, bulk_threads
             return bulk_threads, 1
 
@@ -411,12 +411,7 @@ class Encoder:
             ids, mask = pad_batch([sequences[i] for i in rows])
             out[rows] = session.run(["vector"], {"token_ids": ids, "mask": mask})[0]
 
-        if parallel > 1 and len(runs) > 1:  # onnxruntime releases the GIL while it runs
-            with ThreadPoolExecutor(min(parallel, len(runs))) as pool:
-                list(pool.map(run, runs))
-        else:
-            for rows in runs:
-                run(rows)
+        list(side_by_side(run, runs, min(parallel, len(runs))))
         return out
 
     def tokenize(self, questions: Sequence[Question]) -> list[tuple[list[int], list[int]]]:
@@ -466,8 +461,6 @@ class TransformerEncoder(Encoder):
     ``vocab`` is the model's Hugging Face ``tokenizers.Tokenizer``; a question is one text
     (title and body), so :meth:`tokenize` gives (ids, []) pairs.
     """
-
-    PARALLEL_RUNS = False  # not measured for transformers: intra-op threads, as before
 
     def __init__(self, model_dir: Path, card: dict, tokenizer, sessions, *args, **kwargs):
         super().__init__(model_dir, card, tokenizer, sessions, *args, **kwargs)
@@ -527,8 +520,10 @@ class TransformerEncoder(Encoder):
         ids, where = _unique([tuple(t) for t in tokens])
         copies = np.bincount(where, minlength=len(ids))
         unique = np.zeros((len(ids), self.dim), dtype=np.float32)
-        session = (self._bulk_sessions() if len(ids) >= SMALL_BATCH else self._query())["title"]
-        for rows in token_runs([len(t) for t in ids], self.token_budget, batch_size):
+        bulk = len(ids) >= SMALL_BATCH
+        session = (self._bulk_sessions() if bulk else self._query())["title"]
+
+        def run(rows: list[int]) -> int:
             width = len(ids[rows[-1]])
             batch = np.full((len(rows), width), self._pad_id, dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -536,8 +531,12 @@ class TransformerEncoder(Encoder):
                 batch[r, : len(ids[i])] = ids[i]
                 mask[r, : len(ids[i])] = 1
             unique[rows] = session.run(["vector"], {"input_ids": batch, "attention_mask": mask})[0]
+            return int(copies[rows].sum())
+
+        runs = token_runs([len(t) for t in ids], self.token_budget, batch_size)
+        for covered in side_by_side(run, runs, self._parallel if bulk else 1):
             if progress:
-                progress(int(copies[rows].sum()))
+                progress(covered)
         return unique[where]
 
     def encode_texts(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
@@ -602,6 +601,23 @@ def token_runs(lengths: Sequence[int], budget: int, max_rows: int | None = None)
     if run:
         runs.append(run)
     return runs
+
+
+def side_by_side(function: Callable, items: Iterable, at_once: int) -> Iterator:
+    """``function(item)`` for each item, up to ``at_once`` at a time on threads (onnxruntime
+    releases the GIL while it runs), the results in the items' order. A caller that stops
+    early (a progress callback raising on Ctrl-C) leaves at most ``at_once`` runs going."""
+    if at_once <= 1:
+        yield from map(function, items)
+        return
+    with ThreadPoolExecutor(at_once) as pool:
+        running: deque = deque()
+        for item in items:
+            running.append(pool.submit(function, item))
+            if len(running) == at_once:
+                yield running.popleft().result()
+        while running:
+            yield running.popleft().result()
 
 
 def _tokenize_text(tokenizer, with_titles: bool, questions: Sequence[Question]):

@@ -62,8 +62,8 @@ def test_vectors_match_sentence_transformers_on_1_7_and_256_tokens(imported):
 
 
 def test_bulk_runs_cut_by_a_token_budget_give_the_vectors_of_one_at_a_time(imported):
-    """Indexing's path (bulk session, runs of at most 300 padded tokens, duplicates encoded
-    once) against each question encoded alone on the query session."""
+    """Indexing's path (runs of at most 300 padded tokens, two at a time, duplicates encoded
+    once) against each question encoded alone."""
     from qres.encoders.runtime import Runtime
 
     out, _, _ = imported
@@ -75,7 +75,8 @@ def test_bulk_runs_cut_by_a_token_budget_give_the_vectors_of_one_at_a_time(impor
     tokens = encoder.tokenize(questions)
     done = []
     got = encoder.encode_tokens(tokens, progress=done.append)
-    assert encoder._bulk is not None  # many questions: the bulk session ran them
+    # one-thread runs, two at a time, on the query session (also one thread: no second copy)
+    assert encoder._parallel == 2 and encoder._bulk_sessions() is encoder._query()
     assert sum(done) == len(questions) and len(done) > 3  # several runs, progress per run
     alone = np.stack([encoder.encode_questions([q])[0] for q in questions])
     assert np.abs(got - alone).max() <= 1e-5
