@@ -16,7 +16,7 @@ import argparse
 import json
 import statistics
 import sys
-import time
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_latency import machine  # noqa: E402
+from token_budget import rounds_in_turn  # noqa: E402
 
 from qres.corpus.readers import read_corpus  # noqa: E402
 from qres.datasets.forum_duplicates import forum_dir  # noqa: E402
@@ -46,24 +47,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    questions = []
-    for question in read_corpus(forum_dir(args.forum) / "Posts.xml", "stackexchange"):
-        questions.append(question)
-        if len(questions) == args.questions:
-            break
+    forum = read_corpus(forum_dir(args.forum) / "Posts.xml", "stackexchange")
+    questions = list(islice(forum, args.questions))
     encoders = {
         "side_by_side": Encoder.load(args.model, runtime=Runtime("cpu")),
         "one_at_a_time": one_at_a_time(args.model),
     }
     tokens = encoders["side_by_side"].tokenize(questions)
     vectors = {name: e.encode_tokens(tokens) for name, e in encoders.items()}  # warm, compared
-    rates: dict[str, list[float]] = {name: [] for name in encoders}
-    for _ in range(args.rounds):
-        for name, encoder in encoders.items():
-            start = time.perf_counter()
-            encoder.encode_tokens(tokens)
-            rates[name].append(round(len(tokens) / (time.perf_counter() - start), 1))
+    rates = rounds_in_turn(encoders, tokens, args.rounds)
     medians = {name: statistics.median(r) for name, r in rates.items()}
+    ratio = medians["side_by_side"] / medians["one_at_a_time"]
+    difference = np.abs(vectors["side_by_side"] - vectors["one_at_a_time"]).max()
     report = {
         "benchmark": "runs_side_by_side",
         "machine": machine(),
@@ -73,17 +68,12 @@ def main() -> None:
         "questions_per_second": {
             name: {"rounds": r, "median": medians[name]} for name, r in rates.items()
         },
-        "side_by_side_over_one_at_a_time": round(
-            medians["side_by_side"] / medians["one_at_a_time"], 3
-        ),
-        "max_abs_vector_difference": float(
-            np.abs(vectors["side_by_side"] - vectors["one_at_a_time"]).max()
-        ),
+        "side_by_side_over_one_at_a_time": round(ratio, 3),
+        "max_abs_vector_difference": float(difference),
     }
-    text = json.dumps(report, indent=2)
     if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    json.dump(report, sys.stdout, indent=2)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ those its links join and a fixed sample of the rest, 20,000 in all).
 Each step is kept as it finishes, and fine-tuning saves a checkpoint every 20
 steps: run the same command again to resume after a crash or Ctrl-C. Needs
 the models extra (torch); a GPU is used when torch sees one. The travel forum
-(4,919 questions, 1,080 duplicates) took 14-18 minutes and 2.2-2.4 GB on 2 CPU cores
-(texts cut to 128 tokens while training), under 2 minutes on one H100 GPU
-and 16 cores (texts kept at MiniLM's 256).""",
+(4,919 questions, 1,080 duplicates) took 14-18 minutes and 2.2-2.4 GB on
+2 CPU cores (texts cut to 128 tokens while training), under 2 minutes on one
+H100 GPU and 16 cores (texts kept at MiniLM's 256).""",
 )
 @click.argument("forum", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
