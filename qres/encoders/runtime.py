@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -411,7 +411,7 @@ class Encoder:
             ids, mask = pad_batch([sequences[i] for i in rows])
             out[rows] = session.run(["vector"], {"token_ids": ids, "mask": mask})[0]
 
-        list(side_by_side(run, runs, min(parallel, len(runs))))
+        list(side_by_side(run, runs, parallel))
         return out
 
     def tokenize(self, questions: Sequence[Question]) -> list[tuple[list[int], list[int]]]:
@@ -603,11 +603,12 @@ def token_runs(lengths: Sequence[int], budget: int, max_rows: int | None = None)
     return runs
 
 
-def side_by_side(function: Callable, items: Iterable, at_once: int) -> Iterator:
+def side_by_side(function: Callable, items: Sequence, at_once: int) -> Iterator:
     """``function(item)`` for each item, up to ``at_once`` at a time on threads (onnxruntime
-    releases the GIL while it runs), the results in the items' order. A caller that stops
-    early (a progress callback raising on Ctrl-C) leaves at most ``at_once`` runs going."""
-    if at_once <= 1:
+    releases the GIL while it runs), the results in the items' order; a single item runs in
+    this thread. A caller that stops early (a progress callback raising on Ctrl-C) leaves at
+    most ``at_once`` runs going."""
+    if min(at_once, len(items)) <= 1:
         yield from map(function, items)
         return
     with ThreadPoolExecutor(at_once) as pool:
