@@ -58,6 +58,17 @@ def tokenize(text: str, max_tokens: int | None = None) -> list[str]:
     return tokens if max_tokens is None else tokens[:max_tokens]
 
 
+def words(text: str) -> list[str]:
+    """The distinct words of ``text`` in order, as :func:`tokenize` splits them (its
+    punctuation and words past :data:`MAX_TERM_CHARS` left out): what completes a word being
+    typed (``qres.ranking.completion``)."""
+    return [
+        t
+        for t in dict.fromkeys(tokenize(text))
+        if (t[0].isalnum() or t[0] == "_") and len(t) <= MAX_TERM_CHARS
+    ]
+
+
 @lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
     return _stemmer.stemWord(word)

@@ -133,3 +133,35 @@ def test_qres_evaluate_typing_needs_a_title_form(tmp_path, monkeypatch):
     semeval = ["evaluate", "--dataset", "semeval2016", "--query", "title-chars:20", "--typing"]
     given = CliRunner().invoke(cli, [*semeval, "--ranker", "given-order"])
     assert given.exit_code == 2 and "--typing needs rankers that search" in given.output
+
+
+def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monkeypatch):
+    import tantivy
+
+    from qres.backends.embedded import EmbeddedBackend, directory, documents
+
+    def schema_before_title_words():
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
+        for name in ("title", "body", "tags"):
+            builder.add_bytes_field(name, stored=True)
+        for name in ("title_terms", "body_terms"):
+            builder.add_text_field(
+                name, index_option="freq", tokenizer_name=documents.TERMS_ANALYZER
+            )
+        builder.add_integer_field("slot", stored=True, fast=True)
+        builder.add_bytes_field("extras", stored=True)
+        builder.add_boolean_field("closed", fast=True)
+        return builder.build()
+
+    questions = [Question("1", "Schengen visa overstay", "fined"), Question("2", "Lost bag", "")]
+    with monkeypatch.context() as old_qres:
+        old_qres.setattr(directory, "schema", schema_before_title_words)
+        with Index.open(tmp_path / "index") as ix:
+            ix.add(questions)
+    with EmbeddedBackend(tmp_path / "index") as backend:
+        assert backend.title_words("schen", 3) == []
+        assert SearchPipeline(backend).complete_typed("schen") == "schen"  # as typed, as before
+        backend.compact()  # rewritten with today's fields: the titles' words are indexed
+        assert backend.title_words("schen", 3) == [("schengen", 1)]
+        assert SearchPipeline(backend).complete_typed("schen") == "schengen"

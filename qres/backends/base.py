@@ -235,6 +235,13 @@ class Backend(ABC):
             return Candidates(self.search(text, k, only_ids))
         return Candidates(*self.search_with_cosine(text, k, query_vector, only_ids))
 
+    def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
+        """The words of the questions' titles (:func:`qres.text.words`) that start with
+        ``prefix``, each with how many live questions' titles hold it, most first (ties
+        alphabetically), at most ``n``; none in an index made before titles' words were
+        indexed (what completes a first word being typed: :mod:`qres.ranking.completion`)."""
+        return []
+
     @abstractmethod
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
         """Stored questions by id; ids not in the index are absent from the result."""

@@ -68,7 +68,8 @@ def candidates_option(command):
     "--typing",
     is_flag=True,
     help="TEXT is being typed, as a widget sends it: its last word, maybe unfinished "
-    '("boot from us"), is completed from the titles of its best BM25 matches first.',
+    '("boot from us"), is completed from the titles of its best BM25 matches first '
+    "(where they have none it starts, from the whole forum's titles).",
 )
 @click.option(
     "--log-queries",

@@ -182,7 +182,8 @@ def create_app(config: ServiceConfig, service: Service | None = None) -> FastAPI
             bool,
             Query(
                 description="The text is being typed: its last word, maybe unfinished, is "
-                "completed from the titles of its best BM25 matches (the widget sends it)."
+                "completed from the titles of its best BM25 matches, or where they have none "
+                "it starts, from the whole forum's titles (the widget sends it)."
             ),
         ] = False,
     ):

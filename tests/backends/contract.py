@@ -85,6 +85,23 @@ class BackendContract:
         assert pipeline.complete_typed("wifi dr ") == "wifi dr "  # a finished word
         assert pipeline.complete_typed("zzqx") == "zzqx"  # nothing matches: as typed
 
+    def test_a_word_no_best_match_extends_is_completed_from_every_title(self, backend):
+        from qres.ranking.search import SearchPipeline
+
+        self.fill(backend)
+        assert backend.title_words("win", 5) == [("windows", 2)]
+        assert backend.title_words("boo", 5) == [("boot", 1), ("bootable", 1)]  # ties: a-z
+        assert backend.title_words("wi", 1) == [("windows", 2)]  # most first
+        assert backend.title_words("zzq", 5) == []
+        pipeline = SearchPipeline(backend)
+        assert pipeline.complete_typed("wind") == "windows"  # a first word: nothing matches it
+        assert pipeline.complete_typed("sound win") == "sound windows"  # its matches: no win…
+        assert pipeline.complete_typed("sound wi") == "sound wi"  # too short to guess from all
+        backend.delete(["u3"])
+        backend.upsert([Question("u6", "Wifi card not found", "after an update")])
+        backend.commit()
+        assert backend.title_words("wi", 5) == [("wifi", 2), ("windows", 1)]  # live titles
+
     def test_k_limits_results(self, backend):
         self.fill(backend)
         assert len(backend.search("ubuntu usb boot windows", 2)) == 2

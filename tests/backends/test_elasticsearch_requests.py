@@ -40,7 +40,7 @@ from qres.backends.elasticsearch.requests import cosine_field
 from qres.corpus.readers import Question
 from qres.ranking.fusion import Fusion
 from qres.ranking.search import SearchPipeline
-from qres.text import bm25_terms
+from qres.text import bm25_terms, words
 
 from ..fakes import TableEncoder
 from .contract import QUESTIONS, vectors_for
@@ -139,7 +139,9 @@ def es_error(status: int, kind: str, reason: str) -> dict:
     return {"error": {"root_cause": [error], **error}, "status": status}
 
 
-def mapping(physical="qres-questions-v1", dims=None, meta=None, extras=True) -> dict:
+def mapping(
+    physical="qres-questions-v1", dims=None, meta=None, extras=True, title_words=True
+) -> dict:
     properties = {
         "id": {"type": "keyword"},
         "title": {"type": "text", "index": False},
@@ -148,6 +150,8 @@ def mapping(physical="qres-questions-v1", dims=None, meta=None, extras=True) -> 
         "body_terms": {"type": "text", "analyzer": "qres_terms"},
         "tags": {"type": "keyword"},
     }
+    if title_words:  # an index made before the template had it has no title_words field
+        properties["title_words"] = {"type": "keyword"}
     if extras:  # an index made before the template had it has no extras field
         properties["extras"] = {"type": "object", "enabled": False}
     if dims:
@@ -219,13 +223,14 @@ def test_create_sends_the_template_settings_mappings_and_alias():
     }
     mappings = create.body["mappings"]
     assert mappings["dynamic"] == "strict"
-    assert mappings["_source"] == {"excludes": ["title_terms", "body_terms"]}
+    assert mappings["_source"] == {"excludes": ["title_terms", "body_terms", "title_words"]}
     assert mappings["properties"] == {
         "id": {"type": "keyword"},
         "title": {"type": "text", "index": False},
         "body": {"type": "text", "index": False},
         "title_terms": {"type": "text", "analyzer": "qres_terms", "similarity": "qres_bm25"},
         "body_terms": {"type": "text", "analyzer": "qres_terms", "similarity": "qres_bm25"},
+        "title_words": {"type": "keyword"},  # each title's words as typed: Backend.title_words
         "tags": {"type": "keyword"},
         "extras": {"type": "object", "enabled": False},  # kept in _source, never indexed
     }
@@ -313,6 +318,7 @@ def test_upsert_sends_bulk_index_actions_with_sources(cluster):
                 "title_terms": " ".join(bm25_terms(QUESTIONS[0].title)),
                 "body_terms": " ".join(bm25_terms(QUESTIONS[0].body)),
                 "tags": ["boot", "usb"],
+                "title_words": words(QUESTIONS[0].title),
             },
         ),
         (
@@ -324,9 +330,44 @@ def test_upsert_sends_bulk_index_actions_with_sources(cluster):
                 "title_terms": " ".join(bm25_terms(QUESTIONS[1].title)),
                 "body_terms": " ".join(bm25_terms(QUESTIONS[1].body)),
                 "tags": ["wifi"],
+                "title_words": words(QUESTIONS[1].title),
             },
         ),
     ]
+    backend.close()
+
+
+def test_a_title_s_words_are_sent_as_typed_and_counted_by_a_terms_aggregation(cluster):
+    backend = cluster.backend()
+    backend.upsert([Question("x1", "Wi-Fi drops: Wi-Fi card", "body")])
+    (bulk,) = cluster.sent("PUT", "/_bulk")
+    assert bulk_lines(bulk)[0][1]["title_words"] == ["wi-fi", "drops", "card"]
+    buckets = [{"key": "wi-fi", "doc_count": 7}, {"key": "wifi", "doc_count": 2}]
+    cluster.on("POST", "/qres-questions/_search", {"aggregations": {"words": {"buckets": buckets}}})
+    assert backend.title_words("wi", 2) == [("wi-fi", 7), ("wifi", 2)]
+    assert backend.title_words("wi-f", 5) == [("wi-fi", 7), ("wifi", 2)]  # as answered
+    first, second = cluster.sent("POST", "/qres-questions/_search")
+    assert first.body == {
+        "size": 0,
+        "track_total_hits": False,
+        "query": {"prefix": {"title_words": "wi"}},
+        "aggs": {"words": {"terms": {"field": "title_words", "size": 2, "include": "wi.*"}}},
+    }
+    # the typed word's characters are taken literally in the aggregation's regular expression
+    assert second.body["aggs"]["words"]["terms"]["include"] == "wi\\-f.*"
+    backend.close()
+
+
+def test_an_index_without_title_words_completes_no_first_word_and_is_sent_none():
+    c = FakeCluster()
+    c.on("GET", "/qres-questions/_mapping", mapping(title_words=False))
+    c.on("PUT", "/_bulk", bulk_ok)
+    backend = c.backend()
+    backend.upsert(QUESTIONS[:1])
+    (bulk,) = c.sent("PUT", "/_bulk")
+    assert "title_words" not in bulk_lines(bulk)[0][1]  # dynamic: strict would refuse it
+    assert backend.title_words("boo", 3) == []
+    assert c.sent("POST", "/qres-questions/_search") == []
     backend.close()
 
 

@@ -59,6 +59,7 @@ from qres.backends.elasticsearch.requests import (
     load_es_config,
     search_log_document,
     terms_fields,
+    title_words_field,
     vector_field,
 )
 from qres.backends.elasticsearch.searching import Searching
@@ -115,6 +116,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
         self._rebuilding: str | None = None
         self._dims: dict[str, int] = {}  # vector field -> dimensions, as the mapping says
         self._has_extras = False  # whether the mapping has the extras field
+        self._has_title_words = False  # whether it has title_words (Backend.title_words)
         self._server: tuple[int, int] | None = None  # (major, minor), asked once
         self._meta: dict = {}  # the mapping's _meta, as last read or written here
         self._title_boost = self.settings.title_boost
@@ -174,6 +176,7 @@ class EsBackend(VersionedAlias, Searching, Backend):
             )
         self._physical = physical
         self._has_extras = "extras" in properties
+        self._has_title_words = "title_words" in properties  # not in an index made before
         self._dims = {
             name: int(field["dims"])
             for name, field in properties.items()
@@ -253,6 +256,8 @@ class EsBackend(VersionedAlias, Searching, Backend):
                     **terms_fields(question.title, question.body, self._analyzer),
                     "tags": list(question.tags),
                 }
+                if self._has_title_words:
+                    source |= title_words_field(question.title)
                 if question.extras:
                     source["extras"] = dict(question.extras)
                 for field, rows in blocks.items():

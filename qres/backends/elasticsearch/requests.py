@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from importlib import resources
 
 from qres.backends.base import BackendError
-from qres.text import bm25_terms
+from qres.text import bm25_terms, words
 
 # es_config/ of the repository, installed as the package qres.es_config (a wheel has no checkout).
 CONFIG_DIR = resources.files("qres.es_config")
@@ -142,6 +142,32 @@ def terms_fields(title: str, body: str, analyzer: str) -> dict:
         "title_terms": " ".join(terms_of(title, analyzer)),
         "body_terms": " ".join(terms_of(body, analyzer)),
     }
+
+
+def title_words_field(title: str) -> dict:
+    """The ``title_words`` field of a question: its title's words
+    (:func:`qres.text.words`), a keyword each."""
+    return {"title_words": words(title)}
+
+
+def title_words_request(prefix: str, n: int) -> dict:
+    """The search counting the questions whose title holds each word starting with
+    ``prefix``: a terms aggregation over the questions holding one, most first, ties by the
+    word (its default order), as the embedded backend counts them."""
+    return {
+        "size": 0,
+        "track_total_hits": False,
+        "query": {"prefix": {"title_words": prefix}},
+        "aggs": {
+            "words": {"terms": {"field": "title_words", "size": n, "include": _regexp(prefix)}}
+        },
+    }
+
+
+def _regexp(prefix: str) -> str:
+    """A Lucene regular expression of the words starting with ``prefix`` (every character
+    taken literally)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in prefix) + ".*"
 
 
 def query_terms(text: str, analyzer: str = "english", limit: int = _MAX_QUERY_TERMS) -> list[str]:

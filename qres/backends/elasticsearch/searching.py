@@ -25,6 +25,7 @@ from qres.backends.elasticsearch.requests import (
     bm25_query,
     cosine_field,
     exact_nearest_query,
+    title_words_request,
 )
 
 
@@ -42,6 +43,14 @@ class Searching:
         if query is None or k <= 0 or (only_ids is not None and not only_ids):
             return []
         return self._hits(self._ranked(query, k))
+
+    @_guarded
+    def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
+        if not self._has_title_words or not prefix or n <= 0:
+            return []
+        answer = self._client.search(index=self._target, **title_words_request(prefix, n))
+        buckets = answer["aggregations"]["words"]["buckets"]
+        return [(b["key"], int(b["doc_count"])) for b in buckets]
 
     def candidates(
         self,

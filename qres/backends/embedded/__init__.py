@@ -410,6 +410,20 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         docs = (searcher.doc(addr).to_dict() for _, addr in result.hits)
         return {doc["id"][0]: doc for doc in docs}
 
+    def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
+        if "title_words" not in self._fields or not prefix:
+            return []
+
+        def read():
+            # Counted in the live documents (the term dictionary's own counts keep deleted
+            # ones until a merge), as Elasticsearch's terms aggregation counts them.
+            searcher, _ = self._snapshot.reading
+            return searcher.terms_with_prefix(
+                "title_words", prefix, filter_query=tantivy.Query.all_query(), limit=n
+            )
+
+        return [(word, count) for word, count in self._consistent(read) if count]
+
     def fetch(self, ids: Sequence[str]) -> dict[str, Question]:
         if not ids:
             self._follow_swaps()

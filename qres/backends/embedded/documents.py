@@ -10,6 +10,8 @@ to an index): :func:`fields_of` tells, and such an index reads as having none.
 ``closed``, a fast field, marks a question closed as a duplicate (its extras name its
 originals), so that search follows duplicate links reading only those hits' documents; an
 index made before it, or a document an older qres wrote, has no mark and its hits are read.
+``title_words`` indexes each title's words as typed (normalised, not stemmed), whose counts
+complete a first word being typed; an index made before it completes none.
 
 Text is analysed in Python by :func:`qres.text.bm25_terms` (the same function search uses)
 and handed to tantivy pre-split, so the engine never parses user text as query syntax.
@@ -26,7 +28,7 @@ import tantivy
 from qres.backends.base import BackendError
 from qres.corpus.duplicate_links import names_originals
 from qres.corpus.readers import Question
-from qres.text import bm25_terms
+from qres.text import bm25_terms, words
 
 ANALYZERS = ("english", "plain")
 TERMS_ANALYZER = "qres_terms"  # whitespace split of the terms qres.text already produced
@@ -40,6 +42,7 @@ def schema() -> tantivy.Schema:
     builder.add_bytes_field("tags", stored=True)  # comma-separated
     builder.add_text_field("title_terms", index_option="freq", tokenizer_name=TERMS_ANALYZER)
     builder.add_text_field("body_terms", index_option="freq", tokenizer_name=TERMS_ANALYZER)
+    builder.add_text_field("title_words", index_option="basic", tokenizer_name=TERMS_ANALYZER)
     builder.add_integer_field("slot", stored=True, fast=True)
     builder.add_bytes_field("extras", stored=True)  # a JSON object, UTF-8, stored only
     builder.add_boolean_field("closed", fast=True)
@@ -89,6 +92,8 @@ def document(
         fields["extras"] = extras.encode()
     if "closed" in fields_held:
         fields["closed"] = with_extras and names_originals([question])
+    if "title_words" in fields_held:
+        fields["title_words"] = " ".join(words(question.title))
     return tantivy.Document(**fields)
 
 
