@@ -46,3 +46,23 @@ class TableEncoder:
 
 def _texts(questions) -> list[str]:
     return [f"{q.title} {q.body}" for q in questions]
+
+
+def schema_of_an_older_qres(closed_mark: bool):
+    """The embedded index's tantivy schema as a qres before the titles' words wrote it
+    (``title_words``), and before the closed mark too unless ``closed_mark``."""
+    import tantivy
+
+    from qres.backends.embedded.documents import TERMS_ANALYZER
+
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
+    for name in ("title", "body", "tags"):
+        builder.add_bytes_field(name, stored=True)
+    for name in ("title_terms", "body_terms"):
+        builder.add_text_field(name, index_option="freq", tokenizer_name=TERMS_ANALYZER)
+    builder.add_integer_field("slot", stored=True, fast=True)
+    builder.add_bytes_field("extras", stored=True)
+    if closed_mark:
+        builder.add_boolean_field("closed", fast=True)
+    return builder.build()

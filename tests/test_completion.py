@@ -15,6 +15,8 @@ from qres.indexing.index import Index
 from qres.ranking import completion
 from qres.ranking.search import SearchPipeline
 
+from .fakes import schema_of_an_older_qres
+
 TITLES = ["Boot from a USB stick", "usb drive not seen", "US keyboard layout", "Boot from USB"]
 
 
@@ -136,27 +138,11 @@ def test_qres_evaluate_typing_needs_a_title_form(tmp_path, monkeypatch):
 
 
 def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monkeypatch):
-    import tantivy
-
-    from qres.backends.embedded import EmbeddedBackend, directory, documents
-
-    def schema_before_title_words():
-        builder = tantivy.SchemaBuilder()
-        builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
-        for name in ("title", "body", "tags"):
-            builder.add_bytes_field(name, stored=True)
-        for name in ("title_terms", "body_terms"):
-            builder.add_text_field(
-                name, index_option="freq", tokenizer_name=documents.TERMS_ANALYZER
-            )
-        builder.add_integer_field("slot", stored=True, fast=True)
-        builder.add_bytes_field("extras", stored=True)
-        builder.add_boolean_field("closed", fast=True)
-        return builder.build()
+    from qres.backends.embedded import EmbeddedBackend, directory
 
     questions = [Question("1", "Schengen visa overstay", "fined"), Question("2", "Lost bag", "")]
     with monkeypatch.context() as old_qres:
-        old_qres.setattr(directory, "schema", schema_before_title_words)
+        old_qres.setattr(directory, "schema", lambda: schema_of_an_older_qres(closed_mark=True))
         with Index.open(tmp_path / "index") as ix:
             ix.add(questions)
     with EmbeddedBackend(tmp_path / "index") as backend:

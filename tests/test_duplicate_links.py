@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 
 import pytest
-import tantivy
 from click.testing import CliRunner
 
 from qres.backends.embedded import EmbeddedBackend
@@ -17,6 +16,7 @@ from qres.corpus.readers import CorpusError, Question
 from qres.indexing.pipeline import index_questions
 from qres.ranking import duplicates
 from qres.ranking.search import Result, SearchPipeline
+from tests.fakes import schema_of_an_older_qres
 from tests.test_forum_evaluation import write_forum
 
 LINKS = [
@@ -282,23 +282,10 @@ def test_the_index_marks_closed_duplicates_so_search_reads_only_those(tmp_path):
 def test_an_index_made_before_the_closed_mark_follows_links_reading_every_hit(
     tmp_path, monkeypatch
 ):
-    from qres.backends.embedded import directory, documents
-
-    def schema_before_mark():
-        builder = tantivy.SchemaBuilder()
-        builder.add_text_field("id", stored=True, index_option="basic", tokenizer_name="raw")
-        for name in ("title", "body", "tags"):
-            builder.add_bytes_field(name, stored=True)
-        for name in ("title_terms", "body_terms"):
-            builder.add_text_field(
-                name, index_option="freq", tokenizer_name=documents.TERMS_ANALYZER
-            )
-        builder.add_integer_field("slot", stored=True, fast=True)
-        builder.add_bytes_field("extras", stored=True)
-        return builder.build()
+    from qres.backends.embedded import directory
 
     with monkeypatch.context() as old_qres:
-        old_qres.setattr(directory, "schema", schema_before_mark)
+        old_qres.setattr(directory, "schema", lambda: schema_of_an_older_qres(closed_mark=False))
         index(tmp_path, duplicate_links.attach(FORUM, CLOSED_AS_DUPLICATES_OF_1)).close()
     with EmbeddedBackend(tmp_path / "index") as backend:
         found = backend.candidates("overstay penalty fine days", 10)
