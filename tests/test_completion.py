@@ -145,9 +145,14 @@ def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monk
         old_qres.setattr(directory, "schema", lambda: schema_of_an_older_qres(closed_mark=True))
         with Index.open(tmp_path / "index") as ix:
             ix.add(questions)
+    args = ["--index-dir", str(tmp_path / "index"), "--json", "info"]
+    shown = json.loads(CliRunner().invoke(cli, args).output)["typed_first_words"]
+    assert shown.startswith("searched as typed: made before") and "`qres compact`" in shown
     with EmbeddedBackend(tmp_path / "index") as backend:
         assert backend.title_words("schen", 3) == []
         assert SearchPipeline(backend).complete_typed("schen") == "schen"  # as typed, as before
         backend.compact()  # rewritten with today's fields: the titles' words are indexed
         assert backend.title_words("schen", 3) == [("schengen", 1)]
         assert SearchPipeline(backend).complete_typed("schen") == "schengen"
+    shown = json.loads(CliRunner().invoke(cli, args).output)["typed_first_words"]
+    assert shown == "completed from the titles' words"

@@ -235,6 +235,8 @@ class Backend(ABC):
             return Candidates(self.search(text, k, only_ids))
         return Candidates(*self.search_with_cosine(text, k, query_vector, only_ids))
 
+    completes_first_words = False  # whether title_words() counts (an index made with them)
+
     def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
         """The words of the questions' titles (:func:`qres.text.words`) that start with
         ``prefix``, each with how many live questions' titles hold it, most first (ties

@@ -339,6 +339,7 @@ def test_upsert_sends_bulk_index_actions_with_sources(cluster):
 
 def test_a_title_s_words_are_sent_as_typed_and_counted_by_a_terms_aggregation(cluster):
     backend = cluster.backend()
+    assert backend.completes_first_words
     backend.upsert([Question("x1", "Wi-Fi drops: Wi-Fi card", "body")])
     (bulk,) = cluster.sent("PUT", "/_bulk")
     assert bulk_lines(bulk)[0][1]["title_words"] == ["wi-fi", "drops", "card"]
@@ -368,6 +369,7 @@ def test_an_index_without_title_words_completes_no_first_word_and_is_sent_none()
     assert "title_words" not in bulk_lines(bulk)[0][1]  # dynamic: strict would refuse it
     assert backend.title_words("boo", 3) == []
     assert c.sent("POST", "/qres-questions/_search") == []
+    assert not backend.completes_first_words  # what qres info says
     backend.close()
 
 

@@ -44,6 +44,10 @@ class Searching:
             return []
         return self._hits(self._ranked(query, k))
 
+    @property
+    def completes_first_words(self) -> bool:
+        return self._has_title_words
+
     @_guarded
     def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
         if not self._has_title_words or not prefix or n <= 0:

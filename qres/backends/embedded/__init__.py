@@ -410,8 +410,12 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
         docs = (searcher.doc(addr).to_dict() for _, addr in result.hits)
         return {doc["id"][0]: doc for doc in docs}
 
+    @property
+    def completes_first_words(self) -> bool:
+        return "title_words" in self._fields
+
     def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
-        if "title_words" not in self._fields or not prefix:
+        if not self.completes_first_words or not prefix:
             return []
 
         def read():
