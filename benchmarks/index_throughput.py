@@ -4,14 +4,13 @@
 
 Writes a synthetic corpus (benchmarks/synthetic.py) to a TSV file, then times each stage of
 ``qres index`` alone on it — read (parse the TSV), tokenise (the encoder's token ids),
-encode (onnxruntime on pre-tokenised batches), analyse (BM25 terms) and write (tantivy and
-the vector file, terms and vectors given) — and finally the whole pipeline as ``qres
-index`` runs it (:func:`qres.indexing.pipeline.index_questions`), stages overlapping, right after
-the
-same work done one stage after another in one thread. The stage figures say which stage
-bounds the end-to-end rate on this machine. Each figure also gives the process's CPU time
-(all its threads): questions per CPU-second depends far less than wall rates on how many
-cores other jobs leave free, so ``cores / sum(1 / questions_per_cpu_s of each stage)``
+encode (onnxruntime on pre-tokenised batches), analyse (BM25 terms, titles' words) and write
+(tantivy and the vector file, terms and vectors given) — and finally the whole pipeline as
+``qres index`` runs it (:func:`qres.indexing.pipeline.index_questions`), stages overlapping,
+right after the same work done one stage after another in one thread. The stage figures say
+which stage bounds the end-to-end rate on this machine. Each figure also gives the process's
+CPU time (all its threads): questions per CPU-second depends far less than wall rates on how
+many cores other jobs leave free, so ``cores / sum(1 / questions_per_cpu_s of each stage)``
 bounds what the pipeline can reach on that many idle cores (``bound_on_idle_cores``).
 """
 
@@ -37,7 +36,6 @@ from qres.backends.embedded import EmbeddedBackend  # noqa: E402
 from qres.corpus.readers import read_corpus  # noqa: E402
 from qres.indexing.pipeline import default_workers, index_questions  # noqa: E402
 from qres.paths import repo_shared_data  # noqa: E402
-from qres.text import bm25_terms  # noqa: E402
 
 
 class Timer:
@@ -106,10 +104,7 @@ def measure(args, workdir: Path) -> dict:
 
     backend = EmbeddedBackend(workdir / "stages", create=True)
     timer = Timer()
-    terms = [
-        (bm25_terms(q.title, backend.analyzer), bm25_terms(q.body, backend.analyzer))
-        for q in questions
-    ]
+    terms = backend.analysis()(questions)  # what indexing's prepare stage works out
     stages["analyse"] = timer.rate(len(questions))
     timer = Timer()
     for i in range(0, len(questions), args.batch_size):

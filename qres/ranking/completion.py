@@ -52,8 +52,7 @@ def complete(text: str, titles: Iterable[str]) -> str:
     """``text`` with its last word replaced by the word of ``titles`` (best match first)
     that starts with it and is most frequent there; ``text`` itself where none does."""
     word = last_word(text)
-    completion = _most_frequent(word, titles) if word is not None else None
-    return text if completion is None else _LAST_WORD.sub(lambda _: completion, text)
+    return _ending_in(text, _most_frequent(word, titles) if word is not None else None)
 
 
 def completed(
@@ -73,7 +72,7 @@ def completed(
     completion = _most_frequent(word, [stored[i].title for i in ids if i in stored])
     if completion is None and len(word) >= FORUM_WORDS_FROM:  # e.g. a first word being typed
         completion = next(iter(backend.title_words(word, 1)), (None,))[0]
-    text_searched = text if completion is None else _LAST_WORD.sub(lambda _: completion, text)
+    text_searched = _ending_in(text, completion)
     deep_enough = window >= CONTEXT if exact else window > 0
     return text_searched, found if text_searched == text and deep_enough else None
 
@@ -83,3 +82,8 @@ def _most_frequent(word: str, titles: Iterable[str]) -> str | None:
     counts: the one met first); None where none does."""
     counts = Counter(t for title in titles for t in tokenize(title) if t.startswith(word))
     return counts.most_common(1)[0][0] if counts else None  # Counter keeps first-met order
+
+
+def _ending_in(text: str, completion: str | None) -> str:
+    """``text`` with its last word replaced by ``completion`` (None: as it is)."""
+    return text if completion is None else _LAST_WORD.sub(lambda _: completion, text)

@@ -50,7 +50,7 @@ class Searching:
 
     @_guarded
     def title_words(self, prefix: str, n: int) -> list[tuple[str, int]]:
-        if not self._has_title_words or not prefix or n <= 0:
+        if not self.completes_first_words or not prefix or n <= 0:
             return []
         answer = self._client.search(index=self._target, **title_words_request(prefix, n))
         buckets = answer["aggregations"]["words"]["buckets"]

@@ -264,14 +264,14 @@ class EmbeddedBackend(WriterLock, Rebuilds, AnnFiles, VectorFiles, Backend):
             self._writer = writer
         return self._writer
 
-    def analysis(self) -> Callable[[Sequence[Question]], list[tuple[str, str]]]:
+    def analysis(self) -> Callable[[Sequence[Question]], list[tuple[str, str, str]]]:
         return partial(analyze, analyzer=self.analyzer)
 
     def upsert(
         self,
         questions: Sequence[Question],
         vectors: np.ndarray | None = None,
-        terms: Sequence[tuple[str, str]] | None = None,
+        terms: Sequence[tuple[str, str, str]] | None = None,
     ) -> None:
         check_ids(questions)
         if terms is None:

@@ -73,10 +73,11 @@ def fields_of(engine: Path) -> set[str]:
 
 
 def document(
-    question: Question, terms: tuple[str, str], slot: int, fields_held: Collection[str]
+    question: Question, terms: tuple[str, str, str], slot: int, fields_held: Collection[str]
 ) -> tantivy.Document:
-    """The tantivy document of ``question`` in an index of ``fields_held`` (:func:`fields_of`:
-    older indexes lack ``extras`` and ``closed``)."""
+    """The tantivy document of ``question`` (``terms``: :func:`analyze`'s for it) in an index
+    of ``fields_held`` (:func:`fields_of`: older indexes lack ``extras``, ``closed`` and
+    ``title_words``)."""
     fields = {
         "id": question.id,
         "title": question.title.encode(),
@@ -93,14 +94,20 @@ def document(
     if "closed" in fields_held:
         fields["closed"] = with_extras and names_originals([question])
     if "title_words" in fields_held:
-        fields["title_words"] = " ".join(words(question.title))
+        fields["title_words"] = terms[2]
     return tantivy.Document(**fields)
 
 
-def analyze(questions: Sequence[Question], analyzer: str | None) -> list[tuple[str, str]]:
-    """The title and body terms of each question, space-joined as tantivy takes them."""
+def analyze(questions: Sequence[Question], analyzer: str | None) -> list[tuple[str, str, str]]:
+    """The title and body terms and the title's words of each question, space-joined as
+    tantivy takes them (worked out with the rest of indexing's preparation, in its worker
+    processes where it has them, not in the writer)."""
     return [
-        (" ".join(bm25_terms(q.title, analyzer)), " ".join(bm25_terms(q.body, analyzer)))
+        (
+            " ".join(bm25_terms(q.title, analyzer)),
+            " ".join(bm25_terms(q.body, analyzer)),
+            " ".join(words(q.title)),
+        )
         for q in questions
     ]
 
