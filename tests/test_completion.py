@@ -137,7 +137,9 @@ def test_qres_evaluate_typing_needs_a_title_form(tmp_path, monkeypatch):
     assert given.exit_code == 2 and "--typing needs rankers that search" in given.output
 
 
-def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monkeypatch):
+def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monkeypatch, caplog):
+    import uvicorn
+
     from qres.backends.embedded import EmbeddedBackend, directory
 
     questions = [Question("1", "Schengen visa overstay", "fined"), Question("2", "Lost bag", "")]
@@ -148,6 +150,11 @@ def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monk
     args = ["--index-dir", str(tmp_path / "index"), "--json", "info"]
     shown = json.loads(CliRunner().invoke(cli, args).output)["typed_first_words"]
     assert shown.startswith("searched as typed: made before") and "`qres compact`" in shown
+    monkeypatch.setattr(uvicorn, "run", lambda *_args, **_options: None)  # starts, serves nothing
+    serve = ["--index-dir", str(tmp_path / "index"), "serve", "--port", "0"]
+    assert CliRunner().invoke(cli, serve).exit_code == 0
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [f"a first word being typed is {shown}"]  # qres serve says so at its start
     with EmbeddedBackend(tmp_path / "index") as backend:
         assert backend.title_words("schen", 3) == []
         assert SearchPipeline(backend).complete_typed("schen") == "schen"  # as typed, as before
@@ -156,3 +163,6 @@ def test_an_index_made_before_title_words_completes_no_first_word(tmp_path, monk
         assert SearchPipeline(backend).complete_typed("schen") == "schengen"
     shown = json.loads(CliRunner().invoke(cli, args).output)["typed_first_words"]
     assert shown == "completed from the titles' words"
+    caplog.clear()
+    assert CliRunner().invoke(cli, serve).exit_code == 0
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -28,6 +28,7 @@ def info(obj: Context):
     import onnxruntime
 
     from qres.encoders.runtime import Runtime, provider_status
+    from qres.ranking.completion import first_words
 
     details = {
         "qres_home": str(paths.home()),
@@ -46,7 +47,7 @@ def info(obj: Context):
             details.update(backend.storage())
             if hasattr(backend, "ann_status"):  # the embedded backend's nearest-neighbour files
                 details["nearest_search"] = backend.ann_status()
-            details["typed_first_words"] = _first_words(backend)
+            details["typed_first_words"] = first_words(backend)
             for found in backend.leftovers():
                 details[f"leftover {found['path']}"] = (
                     f"{found['bytes']:,} bytes left by an interrupted rebuild or compaction; "
@@ -86,14 +87,6 @@ def _line(value) -> str:
     if isinstance(value, list):
         return ", ".join(_line(item) for item in value)
     return json.dumps(value) if isinstance(value, dict) else str(value)
-
-
-def _first_words(backend) -> str:
-    """How a first word being typed is searched (qres.ranking.completion)."""
-    if backend.completes_first_words:
-        return "completed from the titles' words"
-    rewrite = "`qres compact`" if backend.name == "embedded" else "`qres index --rebuild CORPUS`"
-    return f"searched as typed: made before titles' words were indexed ({rewrite} adds them)"
 
 
 def _model_set(meta: dict) -> str | None:

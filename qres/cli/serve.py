@@ -134,6 +134,7 @@ def serve(
 
     import uvicorn
 
+    from qres.ranking.completion import first_words
     from qres.service.app import create_app
     from qres.service.config import CONFIG_ENV, ServiceConfig, check_open_writes, startup_notes
     from qres.service.protocol import GuardedHttpTools
@@ -166,8 +167,11 @@ def serve(
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
     service = Service(config)  # fails here, in one line, on a missing index or model
+    log = logging.getLogger("qres.serve")
     for note in startup_notes(config, access_log, service.read_only):
-        logging.getLogger("qres.serve").info(note)
+        log.info(note)
+    if not service.backend.completes_first_words:  # an index older than the titles' words
+        log.warning("a first word being typed is %s", first_words(service.backend))
     # bounded request headers, JSON errors
     run = partial(uvicorn.run, host=host, port=port, access_log=access_log, http=GuardedHttpTools)
     if workers == 1:

@@ -41,6 +41,15 @@ FORUM_WORDS_FROM = 3
 _LAST_WORD = re.compile(r"\w+(?:['’.\-]\w+)*$")
 
 
+def first_words(backend: Backend) -> str:
+    """How ``backend``'s index searches a first word being typed, in words for an operator
+    (``qres info``, ``qres serve``'s start)."""
+    if backend.completes_first_words:
+        return "completed from the titles' words"
+    rewrite = "`qres compact`" if backend.name == "embedded" else "`qres index --rebuild CORPUS`"
+    return f"searched as typed: made before titles' words were indexed ({rewrite} adds them)"
+
+
 def last_word(text: str) -> str | None:
     """The word ``text`` ends with, normalised as the encoders' tokens are (``wi-f``, not
     ``f``), or None where it ends in a space or punctuation."""
