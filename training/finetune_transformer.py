@@ -57,9 +57,10 @@ def training_triples(data_dir: Path | None, seed: int) -> Triples:
 
 class ForumTriples:
     """A forum's train-split (duplicate, original) pairs, each with a hard negative drawn
-    anew per epoch from BM25's top :data:`FORUM_NEGATIVE_POOL` hits for the duplicate."""
+    anew per epoch from BM25's top :data:`FORUM_NEGATIVE_POOL` hits for the duplicate;
+    ``newest``: only the newest this many pairs (of :attr:`available`)."""
 
-    def __init__(self, data_dir: Path | None, hold_out: bool = False):
+    def __init__(self, data_dir: Path | None, hold_out: bool = False, newest: int | None = None):
         from qres.training.data import load_stackexchange
 
         data = load_stackexchange(data_dir)
@@ -74,6 +75,9 @@ class ForumTriples:
             if negatives
             for positive in positives
         ]
+        self.available = len(self.pairs)
+        if newest is not None:  # the pairs are in the order their duplicates were closed
+            self.pairs = self.pairs[max(0, len(self.pairs) - newest) :]
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -111,6 +115,7 @@ def finetune(
     progress=None,
     low_memory: bool = False,
     max_tokens: int | None = None,
+    newest_links: int | None = None,
 ) -> dict:
     """Fine-tune ``base`` and save it (sentence-transformers) in ``out_dir``.
 
@@ -122,7 +127,8 @@ def finetune(
     layer's activations are recomputed in the backward pass rather than kept (gradient
     checkpointing): a fraction of the memory for about a third more compute. ``max_tokens``:
     each text is cut to this many tokens while training (the model still reads its own
-    limit when served): attention's cost grows with the square of the length."""
+    limit when served): attention's cost grows with the square of the length.
+    ``newest_links``: a forum's run trains on its newest this many pairs only."""
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
@@ -135,7 +141,7 @@ def finetune(
     rng = random.Random(seed)
     forum_run = dataset == "stackexchange"
     if forum_run:
-        forum = ForumTriples(data_dir, hold_out)
+        forum = ForumTriples(data_dir, hold_out, newest_links)
         first_title_epoch = epochs - title_epochs
         draw = lambda rng, epoch: forum.draw(rng, titles=epoch >= first_title_epoch)  # noqa: E731
     else:
@@ -221,8 +227,14 @@ def finetune(
     record = {
         "base": str(base),
         "data": DATA_NOTES[dataset]
-        + (f"; its newest {forum.held_out} queries held out" if forum_run and hold_out else ""),
+        + (f"; its newest {forum.held_out} queries held out" if forum_run and hold_out else "")
+        + (
+            f"; trained on the newest {n_pairs} of its {forum.available} pairs"
+            if forum_run and n_pairs < forum.available
+            else ""
+        ),
         "pairs": n_pairs,
+        "pairs_available": forum.available if forum_run else n_pairs,
         "epochs": epochs,
         "title_epochs": title_epochs if forum_run else 0,
         "lr": lr,

@@ -35,6 +35,10 @@ from qres.encoders import model_set
 
 EPOCHS, TITLE_EPOCHS = 2, 1
 TRAIN_TOKENS = 128  # texts are cut to this while training on a CPU (served: MiniLM's 256)
+# On a CPU, fine-tuning reads at most the newest this many training links (pairs), so that a
+# forum with tens of thousands of them adapts in about half an hour on 2 cores, not a day;
+# the travel forum has 824. A GPU reads them all.
+TRAIN_LINKS = 1_000
 FOLDS = 5
 # A larger forum is measured, and its fusion fitted, on this many of its questions: those its
 # links join and a fixed sample of the rest (encoding a forum of 10^5 questions with two
@@ -93,12 +97,15 @@ def adapt(
     threads: int | None = None,
     max_tokens: int | None | str = "auto",
     again: bool = False,
+    max_links: int | None | str = "auto",
 ) -> dict:
     """Run (or resume) every step of ``plan``; returns the report. ``step(what, total)``
     starts a stage of ``total`` units (None: unknown), ``advance(n)`` moves it on;
     ``max_tokens``: texts are cut to this while fine-tuning (None: MiniLM's own 256;
-    "auto": :func:`train_tokens`); ``again``: a set already under the name is replaced, made
-    from whichever forum."""
+    "auto": :func:`train_tokens`); ``max_links``: fine-tuning reads the newest this many
+    training links (None: all; "auto": :data:`TRAIN_LINKS` on a CPU, all on a GPU; a
+    resumed run goes on with what it began with); ``again``: a set already under the name
+    is replaced, made from whichever forum."""
     from qres.datasets.forum_duplicates import load_forum_duplicates
 
     forum = load_forum_duplicates(plan.forum, "all")  # one-line CorpusError if not a dump
@@ -110,8 +117,8 @@ def adapt(
     _check_device(device)
     if max_tokens == "auto":
         max_tokens = train_tokens(device)
-    started = _started(plan, epochs, max_tokens, again)
-    _fine_tune(plan, step, advance, log, epochs, device, threads, started["max_tokens"])
+    started = _started(plan, epochs, max_tokens, max_links, device, again)
+    _fine_tune(plan, step, advance, log, epochs, device, threads, started)
     if _published(plan).get("run") != started["run"]:  # the set there is not this run's
         _convert(plan, step)
         _fit_fusion(plan, step, log)
@@ -127,10 +134,13 @@ def train_tokens(device: str) -> int | None:
     """What texts are cut to while fine-tuning on ``device``: :data:`TRAIN_TOKENS` on a CPU,
     where the cut keeps the travel forum within 30 minutes on 2 cores; none on a GPU, whose
     fine-tuning takes seconds either way (texts then train at the length they are served)."""
+    return None if _on_gpu(device) else TRAIN_TOKENS
+
+
+def _on_gpu(device: str) -> bool:
     import torch
 
-    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    return None if cuda else TRAIN_TOKENS
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
 
 def _check_device(device: str) -> None:
@@ -148,11 +158,11 @@ def _published(plan: Adaptation) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _started(plan: Adaptation, epochs: int, max_tokens: int | None, again: bool) -> dict:
+def _started(plan: Adaptation, epochs, max_tokens, max_links, device: str, again: bool) -> dict:
     """This adaptation's settings: those it began with where it is resumed (on another
-    device too: it goes on with the cut it began with), else these, recorded with a new run
-    id. A name that holds another forum's set, or a resume asking for other epochs, is
-    refused: ``--again`` starts over."""
+    device too: it goes on with the cut and the links it began with), else these, recorded
+    with a new run id. A name that holds another forum's set, or a resume asking for other
+    epochs or links, is refused: ``--again`` starts over."""
     record, forum = plan.work / "fine-tuning.json", str(plan.forum.resolve())
     started = json.loads(record.read_text()) if record.is_file() else None
     made_from = (started or ({} if again else _published(plan))).get("forum", forum)
@@ -162,7 +172,10 @@ def _started(plan: Adaptation, epochs: int, max_tokens: int | None, again: bool)
             f"--again to replace it with one learnt from {forum}"
         )
     if started is None:
+        if max_links == "auto":
+            max_links = None if _on_gpu(device) else TRAIN_LINKS
         started = {"forum": forum, "epochs": epochs, "max_tokens": max_tokens}
+        started["max_links"] = max_links
         started["run"] = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
         plan.work.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(started))
@@ -175,10 +188,16 @@ def _started(plan: Adaptation, epochs: int, max_tokens: int | None, again: bool)
             else f"{plan.name}: fine-tuning was started with --epochs {started['epochs']}: "
             "give that to resume it, or add --again to start over"
         )
+    elif max_links != "auto" and started.get("max_links") != max_links:
+        began = started.get("max_links") or 0  # 0: all; a run older than the option read all
+        raise AdaptError(
+            f"{plan.name}: started with --max-links {began}: give that or none to resume it, "
+            "or add --again to start over"
+        )
     return started
 
 
-def _fine_tune(plan, step, advance, log, epochs, device, threads, max_tokens) -> None:
+def _fine_tune(plan, step, advance, log, epochs, device, threads, settings: dict) -> None:
     if (plan.trained / "qres_finetune.json").is_file():
         return
     from qres.training.default_set import BuildError, minilm_source
@@ -216,7 +235,8 @@ def _fine_tune(plan, step, advance, log, epochs, device, threads, max_tokens) ->
         checkpoint=checkpoint,
         progress=progress,
         low_memory=True,
-        max_tokens=max_tokens,
+        max_tokens=settings["max_tokens"],
+        newest_links=settings.get("max_links"),
     )
     partial.replace(plan.trained)
 

@@ -113,6 +113,54 @@ def test_the_title_epoch_asks_with_each_duplicates_title_alone(tmp_path):
     assert [p for _, p, _ in whole] == [p for _, p, _ in titles]  # the same originals
 
 
+def test_a_forum_run_can_train_on_its_newest_links_only(tmp_path):
+    forum = synthetic_forum(tmp_path / "forum", topics=30)
+    every = ft.ForumTriples(forum)
+    newest = ft.ForumTriples(forum, newest=10)
+    assert every.available == newest.available == len(every.pairs) == 24  # the oldest 80%
+    assert newest.pairs == every.pairs[-10:]  # in the order their duplicates were closed
+    assert [q for q, _, _ in newest.pairs] == [str(1000 + t) for t in range(15, 25)]
+    assert ft.ForumTriples(forum, newest=100).pairs == every.pairs
+
+
+@pytest.mark.parametrize(
+    "device, cuda_seen, given, links",
+    [
+        ("cpu", False, None, forum_adapt.TRAIN_LINKS),
+        ("auto", True, None, None),
+        ("cpu", False, "5", 5),
+        ("cpu", False, "0", None),
+    ],
+)
+def test_adapt_reads_the_newest_links_on_a_cpu_unless_told(
+    tmp_path, monkeypatch, device, cuda_seen, given, links
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_seen)
+    asked = []
+
+    def finetune(*_args, **kwargs):
+        asked.append(kwargs["newest_links"])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ft, "finetune", finetune)
+    forum = synthetic_forum(tmp_path / "forum")
+    command = ["adapt", str(forum), "--name", "mine", "--device", device]
+    chosen = [] if given is None else ["--max-links", given]
+    assert CliRunner().invoke(cli, [*command, *chosen]).exit_code == 130
+    assert asked == [links]
+    # resumed as it began, whatever the device, given the same or nothing
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: not cuda_seen)
+    assert CliRunner().invoke(cli, [*command[:-2], *chosen]).exit_code == 130
+    assert asked == [links, links]
+    other = CliRunner().invoke(cli, [*command, "--max-links", "7"])
+    assert other.exit_code == 1 and asked == [links, links]
+    assert other.output.strip() == (
+        f"error: mine: started with --max-links {links or 0}: give that or none to resume it, "
+        "or add --again to start over"
+    )
+
+
 @pytest.mark.parametrize(
     "device, cuda_seen, cut",
     [
@@ -276,9 +324,13 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     monkeypatch.setattr(forum_adapt, "SEARCHED", 150)
     # the zero-shot set compared against is the packaged MiniLM, converted once
     runner = CliRunner()
-    first = runner.invoke(cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1"])
+    first = runner.invoke(
+        cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1", "--max-links", "30"]
+    )
     assert first.exit_code == 0, first.output
     lines = first.output.splitlines()
+    # 48 duplicates train, the newest 5 held out for the fusion, the newest 30 before those read
+    assert "fine-tuned on the newest 30 of the forum's 43 training links" in first.output
     assert any(
         line.startswith("before (the minilm set) and after, on the forum's newest 12 ")
         and "each searching 150 of its questions (those its links join" in line
@@ -290,6 +342,7 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     target = tmp_path / "home" / "model-sets" / "mine"
     record = json.loads((target / "set.json").read_text())
     assert record["members"] == [{"name": "minilm-adapted", "dir": "minilm-adapted"}]
+    assert (record["fine_tuning"]["pairs"], record["fine_tuning"]["pairs_available"]) == (30, 43)
     report = json.loads((target / "report.json").read_text())
     assert set(report["nDCG@10"]) == {"question", "title"} and report["queries"] == 12
     assert report["searched"] == 150
