@@ -3,10 +3,12 @@
     python benchmarks/adapt_recipes.py --forum DIR --recipe 128:2 --recipe 256:2 \
         [--device cuda] --out FILE
 
-Each ``--recipe TOKENS:EPOCHS[:SEED]`` runs every step of ``qres adapt`` (fine-tuning, conversion,
-the fusion fitted on the held-out tenth, the before/after report on the test split) into
-its own model set, ``rTOKENSeEPOCHS[sSEED]`` (TOKENS ``full``: MiniLM's own 256; the last
-epoch asks with titles, as the command does; SEED: the fine-tuning's seed, 0 by default).
+Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS]]`` runs every step of ``qres adapt``
+(fine-tuning, conversion, the fusion fitted on the held-out tenth, the before/after report on
+the test split) into its own model set, ``rTOKENSeEPOCHS[sSEED][lLINKS]`` (TOKENS ``full``:
+MiniLM's own 256; the last epoch asks with titles, as the command does; SEED: the
+fine-tuning's seed, 0 by default; LINKS: its ``--max-links``, the newest this many training
+links, 0 for all, the command's own choice where not given).
 Then each set is scored on the held-out tenth of
 the train links, dense (its cosine alone; the fusion was fitted on those queries) with whole
 questions and with titles: the figures a recipe is chosen by, since the test split is what
@@ -64,12 +66,15 @@ def held_out_scores(forum: Path, set_name: str) -> dict:
     return scores
 
 
-def run_recipe(forum: Path, tokens: int | None, epochs: int, device: str, seed: int) -> dict:
+def run_recipe(
+    forum: Path, tokens: int | None, epochs: int, device: str, seed: int, links: str = "auto"
+) -> dict:
     import functools
 
     from qres.training import finetune_transformer, forum_adapt
 
     name = f"r{tokens or 'full'}e{epochs}" + (f"s{seed}" if seed else "")
+    name += "" if links == "auto" else f"l{links or 'all'}"
     if seed:  # adapt trains with finetune's default seed (0)
         finetune_transformer.finetune = functools.partial(_finetune, seed=seed)
     else:
@@ -83,7 +88,14 @@ def run_recipe(forum: Path, tokens: int | None, epochs: int, device: str, seed: 
 
     start = time.perf_counter()
     report = forum_adapt.adapt(
-        plan, step, lambda _n: None, lambda _m: None, epochs, device, max_tokens=tokens
+        plan,
+        step,
+        lambda _n: None,
+        lambda _m: None,
+        epochs,
+        device,
+        max_tokens=tokens,
+        max_links=links,
     )
     end = time.perf_counter()
     seconds = {
@@ -96,6 +108,7 @@ def run_recipe(forum: Path, tokens: int | None, epochs: int, device: str, seed: 
         "epochs": epochs,
         "title_epochs": 1,
         "seed": seed,
+        "max_links": links,
         "seconds": round(end - start, 1),
         "stage_seconds": seconds,
         "fine_tuning": json.loads((plan.trained / "qres_finetune.json").read_text()),
@@ -121,7 +134,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--forum", type=Path, required=True)
-    parser.add_argument("--recipe", action="append", required=True, help="TOKENS:EPOCHS[:SEED]")
+    parser.add_argument(
+        "--recipe", action="append", required=True, help="TOKENS:EPOCHS[:SEED[:LINKS]]"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -143,9 +158,11 @@ def main() -> None:
     out["before_held_out"] = held_out_scores(args.forum, "minilm")
     out["recipes"] = []
     for recipe in args.recipe:
-        tokens, epochs, *seed = recipe.split(":")
+        tokens, epochs, *rest = recipe.split(":")
+        seed, links = (rest + ["0", "auto"])[:2]
+        links = links if links == "auto" else (int(links) or None)
         tokens = None if tokens == "full" else int(tokens)
-        result = run_recipe(args.forum, tokens, int(epochs), args.device, int(*seed or [0]))
+        result = run_recipe(args.forum, tokens, int(epochs), args.device, int(seed), links)
         result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
         out["recipes"].append(result)
         args.out.write_text(json.dumps(out, indent=1))
