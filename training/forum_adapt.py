@@ -190,9 +190,13 @@ def _started(plan: Adaptation, epochs, max_tokens, max_links, device: str, again
         )
     elif max_links != "auto" and started.get("max_links") != max_links:
         began = started.get("max_links") or 0  # 0: all; a run older than the option read all
+        done = _published(plan).get("run") == started["run"]
         raise AdaptError(
-            f"{plan.name}: started with --max-links {began}: give that or none to resume it, "
-            "or add --again to start over"
+            f"{plan.name}: made with --max-links {began}: add --again to make it again with "
+            f"--max-links {max_links or 0}"
+            if done
+            else f"{plan.name}: started with --max-links {began}: give that or none to resume "
+            "it, or add --again to start over"
         )
     return started
 

@@ -363,6 +363,13 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     assert other.output.strip() == (
         "error: mine: made with --epochs 1: add --again to make it again with --epochs 2"
     )
+    every = runner.invoke(
+        cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1", "--max-links", "0"]
+    )
+    assert every.exit_code == 1
+    assert every.output.strip() == (
+        "error: mine: made with --max-links 30: add --again to make it again with --max-links 0"
+    )
 
     indexed = runner.invoke(cli, ["index", str(forum / "Posts.xml"), "--model-set", "mine"])
     assert indexed.exit_code == 0, indexed.output

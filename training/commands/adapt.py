@@ -130,9 +130,9 @@ def adapt(
         if verbose:
             bar.console.print(message, highlight=False, markup=False)
 
+    links = "auto" if max_links is None else (max_links or None)  # 0: every link
     try:
         with bar:
-            links = "auto" if max_links is None else (max_links or None)
             report = forum_adapt.adapt(
                 plan, step, advance, log, epochs, device, again=again, max_links=links
             )
