@@ -179,26 +179,25 @@ def _started(plan: Adaptation, epochs, max_tokens, max_links, device: str, again
         started["run"] = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
         plan.work.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(started))
-    elif started["epochs"] != epochs:
-        done = _published(plan).get("run") == started["run"]
-        raise AdaptError(
-            f"{plan.name}: made with --epochs {started['epochs']}: add --again to make it "
-            f"again with --epochs {epochs}"
-            if done
-            else f"{plan.name}: fine-tuning was started with --epochs {started['epochs']}: "
-            "give that to resume it, or add --again to start over"
-        )
-    elif max_links != "auto" and started.get("max_links") != max_links:
-        began = started.get("max_links") or 0  # 0: all; a run older than the option read all
-        done = _published(plan).get("run") == started["run"]
-        raise AdaptError(
-            f"{plan.name}: made with --max-links {began}: add --again to make it again with "
-            f"--max-links {max_links or 0}"
-            if done
-            else f"{plan.name}: started with --max-links {began}: give that or none to resume "
-            "it, or add --again to start over"
-        )
+    else:
+        asked = {"--epochs": (started["epochs"], epochs)}
+        if max_links != "auto":  # 0: every link (a run older than the option read them all)
+            asked["--max-links"] = (started.get("max_links") or 0, max_links or 0)
+        for option, (began, given) in asked.items():
+            if began != given:
+                raise AdaptError(_other_settings(plan, started["run"], option, began, given))
     return started
+
+
+def _other_settings(plan: Adaptation, run: str, option: str, began, given) -> str:
+    """Why a run begun with ``option`` ``began`` does not go on with ``given``."""
+    if _published(plan).get("run") == run:  # made: only --again makes it anew
+        again = f"add --again to make it again with {option} {given}"
+        return f"{plan.name}: made with {option} {began}: {again}"
+    return (
+        f"{plan.name}: fine-tuning was started with {option} {began}: give that to resume it, "
+        "or add --again to start over"
+    )
 
 
 def _fine_tune(plan, step, advance, log, epochs, device, threads, settings: dict) -> None:

@@ -156,8 +156,8 @@ def test_adapt_reads_the_newest_links_on_a_cpu_unless_told(
     other = CliRunner().invoke(cli, [*command, "--max-links", "7"])
     assert other.exit_code == 1 and asked == [links, links]
     assert other.output.strip() == (
-        f"error: mine: started with --max-links {links or 0}: give that or none to resume it, "
-        "or add --again to start over"
+        f"error: mine: fine-tuning was started with --max-links {links or 0}: give that to resume "
+        "it, or add --again to start over"
     )
 
 
