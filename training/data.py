@@ -166,7 +166,11 @@ def load_askubuntu(folder: Path) -> TrainingData:
     )
 
 
-def load_stackexchange(folder: Path | None) -> TrainingData:
+def load_stackexchange(folder: Path | None, newest: int | None = None) -> TrainingData:
+    """A forum's duplicates as training data, BM25's top hits over the whole forum their hard
+    negatives; ``newest``: those are looked for only for the newest this many train queries
+    (and every held-out one), the older ones getting none: a caller that trains on the newest
+    links alone need not search for each of a large forum's."""
     import tempfile
 
     from qres.backends.embedded import EmbeddedBackend
@@ -180,7 +184,11 @@ def load_stackexchange(folder: Path | None) -> TrainingData:
         try:
             index.upsert(list(questions.values()))
             index.commit()
-            for q in forum.queries:
+            searched_from = 0 if newest is None else held_out_cut(len(forum.queries)) - newest
+            for at, q in enumerate(forum.queries):
+                if at < searched_from:
+                    labelled.append((q, []))
+                    continue
                 excluded = {q.id, *q.relevant}
                 hits = index.search(q.question.text, FORUM_HARD_NEGATIVES + len(excluded))
                 negatives = [h.id for h in hits if h.id not in excluded]

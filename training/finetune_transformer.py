@@ -63,19 +63,19 @@ class ForumTriples:
     def __init__(self, data_dir: Path | None, hold_out: bool = False, newest: int | None = None):
         from qres.training.data import load_stackexchange
 
-        data = load_stackexchange(data_dir)
+        data = load_stackexchange(data_dir, newest)  # (BM25 searched for the newest alone)
         self.questions = data.questions
         self.held_out = len(data.dev) if hold_out else 0
         every = [(q.id, q.positives, q.negatives) for q in data.train]
         if not hold_out:
             every += [(q.id, sorted(q.relevant), _non_relevant(q)) for q in data.dev]
+        self.available = sum(len(positives) for _, positives, _ in every)
         self.pairs = [
             (query, positive, negatives[:FORUM_NEGATIVE_POOL])
             for query, positives, negatives in every
             if negatives
             for positive in positives
         ]
-        self.available = len(self.pairs)
         if newest is not None:  # the pairs are in the order their duplicates were closed
             self.pairs = self.pairs[max(0, len(self.pairs) - newest) :]
 

@@ -121,6 +121,12 @@ def test_a_forum_run_can_train_on_its_newest_links_only(tmp_path):
     assert newest.pairs == every.pairs[-10:]  # in the order their duplicates were closed
     assert [q for q, _, _ in newest.pairs] == [str(1000 + t) for t in range(15, 25)]
     assert ft.ForumTriples(forum, newest=100).pairs == every.pairs
+    # BM25's negatives were looked for only for the newest 10 (and the held-out queries)
+    from qres.training.data import load_stackexchange
+
+    data = load_stackexchange(forum, newest=10)
+    assert [bool(q.negatives) for q in data.train] == [False] * 12 + [True] * 10
+    assert data.dev and all(len(q.candidates) > len(q.relevant) for q in data.dev)
 
 
 @pytest.mark.parametrize(
