@@ -6,9 +6,10 @@ which questions mean the same on that forum, in its own words. ``adapt`` splits 
 (:mod:`qres.datasets.forum_duplicates`: the oldest 80% train, the newest 20% test, the newest
 tenth of train held out) and then, each step resumable:
 
-1. **fine-tune** all-MiniLM-L6-v2 on the train links without the held-out tenth
-   (:func:`qres.training.finetune_transformer.finetune`; the last epoch asks with each
-   duplicate's title alone, as a widget does), saving a checkpoint every few steps;
+1. **fine-tune** all-MiniLM-L6-v2 on the train links without the held-out tenth (on a CPU
+   the newest :data:`TRAIN_LINKS` of them; :func:`qres.training.finetune_transformer.finetune`;
+   the last epoch asks with each duplicate's title alone, as a widget does), saving a
+   checkpoint every few steps;
 2. **convert** it to ONNX, as ``qres import-encoder`` does, into the set's folder;
 3. **fit the fusion** of BM25 with its cosine on the held-out tenth, which the model never
    saw (the weighted sum, by cross-validation);

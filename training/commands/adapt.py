@@ -19,8 +19,8 @@ POSTS = ("Posts.xml", "Posts.xml.gz")
     epilog="""\b
 Example:
   qres adapt ../shared/data/stackexchange-travel --name travel
-  qres index ../shared/data/stackexchange-travel/Posts.xml --model-set travel \\
-      --index-dir travel-index
+  qres index ../shared/data/stackexchange-travel/Posts.xml \\
+      --model-set travel --index-dir travel-index
 
 \b
 FORUM is a StackExchange dump's folder, with Posts.xml and PostLinks.xml (.gz
