@@ -62,11 +62,13 @@ def words(text: str) -> list[str]:
     """The distinct words of ``text`` in order, as :func:`tokenize` splits them (its
     punctuation and words past :data:`MAX_TERM_CHARS` left out): what completes a word being
     typed (``qres.ranking.completion``)."""
-    return [
-        t
-        for t in dict.fromkeys(tokenize(text))
-        if (t[0].isalnum() or t[0] == "_") and len(t) <= MAX_TERM_CHARS
-    ]
+    return [t for t in dict.fromkeys(tokenize(text)) if _is_word(t) and len(t) <= MAX_TERM_CHARS]
+
+
+def _is_word(token: str) -> bool:
+    """Whether a :func:`tokenize` token is a word rather than punctuation (which carries no
+    search signal)."""
+    return token[0].isalnum() or token[0] == "_"
 
 
 @lru_cache(maxsize=200_000)
@@ -84,14 +86,14 @@ def bm25_terms(text: str, language: str | None = "english") -> list[str]:
         return [
             p
             for t in tokenize(text)
-            if t[0].isalnum() or t[0] == "_"
+            if _is_word(t)
             for p in _WORD_PARTS.split(t)
             if p and len(p) <= MAX_TERM_CHARS
         ]
     terms = []
     for token in tokenize(text):
-        if not token[0].isalnum() and token[0] != "_":
-            continue  # punctuation carries no BM25 signal
+        if not _is_word(token):
+            continue
         for part in _WORD_PARTS.split(token):
             if part and part != "s" and part not in STOP_WORDS and len(part) <= MAX_TERM_CHARS:
                 terms.append(_stem(part))

@@ -177,6 +177,7 @@ def load_stackexchange(folder: Path | None, newest: int | None = None) -> Traini
     from qres.datasets.forum_duplicates import held_out_cut, load_forum_duplicates
 
     forum = load_forum_duplicates(folder, "train")
+    cut = held_out_cut(len(forum.queries))  # where the held-out queries begin
     questions = {q.id: q for q in read_corpus(forum.posts, "stackexchange")}
     labelled = []
     with tempfile.TemporaryDirectory(prefix="qres-forum-bm25-") as tmp:
@@ -184,7 +185,7 @@ def load_stackexchange(folder: Path | None, newest: int | None = None) -> Traini
         try:
             index.upsert(list(questions.values()))
             index.commit()
-            searched_from = 0 if newest is None else held_out_cut(len(forum.queries)) - newest
+            searched_from = 0 if newest is None else cut - newest
             for at, q in enumerate(forum.queries):
                 if at < searched_from:
                     labelled.append((q, []))
@@ -195,7 +196,6 @@ def load_stackexchange(folder: Path | None, newest: int | None = None) -> Traini
                 labelled.append((q, negatives[:FORUM_HARD_NEGATIVES]))
         finally:
             index.close()
-    cut = held_out_cut(len(labelled))
     train = [TrainQuery(q.id, sorted(q.relevant), negatives) for q, negatives in labelled[:cut]]
     dev = [
         RankingQuery(q.id, [*sorted(q.relevant), *negatives], q.relevant, question=q.question)

@@ -80,7 +80,8 @@ def completed(
     stored = found.stored(ids, backend.fetch)
     completion = _most_frequent(word, [stored[i].title for i in ids if i in stored])
     if completion is None and len(word) >= FORUM_WORDS_FROM:  # e.g. a first word being typed
-        completion = next(iter(backend.title_words(word, 1)), (None,))[0]
+        forum_words = backend.title_words(word, 1)
+        completion = forum_words[0][0] if forum_words else None
     text_searched = _ending_in(text, completion)
     deep_enough = window >= CONTEXT if exact else window > 0
     return text_searched, found if text_searched == text and deep_enough else None

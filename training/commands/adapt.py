@@ -148,6 +148,8 @@ def adapt(
 
 
 def _print_report(report: dict, plan) -> None:
+    from qres.encoders import model_set
+
     searched = report.get("searched")  # None: each searched the whole forum
     part = (
         f", each searching {searched:,} of its questions (those its links join and a fixed "
@@ -159,7 +161,7 @@ def _print_report(report: dict, plan) -> None:
         f"before (the minilm set) and after, on the forum's newest {report['queries']} "
         f"duplicates, their text alone (links not followed){part}:"
     )
-    made = plan.target / "set.json"
+    made = plan.target / model_set.SET_FILE
     trained = json.loads(made.read_text()).get("fine_tuning", {}) if made.is_file() else {}
     if trained.get("pairs", 0) < trained.get("pairs_available", 0):
         click.echo(
