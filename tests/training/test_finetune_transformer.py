@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from qres.datasets.benchmarks import dataset_dir, default_data_dir, load_semeval
@@ -53,6 +54,28 @@ def test_fine_tuning_moves_queries_towards_their_duplicates(tmp_path, monkeypatc
     # What training writes, import-encoder serves (sentence-transformers 6 model folders).
     card = import_sentence_transformer(tmp_path / "run", tmp_path / "model")
     assert card["encoder"]["pooling"] == "mean" and card["export"]["parity_max_abs_error"] < 1e-4
+
+
+def test_a_steps_texts_encode_in_passes_of_like_length_as_one_pass_would(monkeypatch):
+    model = load_sentence_transformer(minilm.get_model_path())
+    model.eval()
+    long = "my flight was cancelled and the airline will not refund the ticket " * 6
+    texts = ["visa?", long, "lost luggage at the airport", long[:90], "train", long[:200]]
+    widths, forward = [], model.forward
+
+    def counted(features):
+        widths.append(features["input_ids"].shape)
+        return forward(features)
+
+    monkeypatch.setattr(model, "forward", counted)
+    with torch.no_grad():
+        passes = ft._embedded(model, texts, "cpu", passes=3)
+        features = ft._preprocess(model, texts)
+        one = torch.nn.functional.normalize(forward(features)["sentence_embedding"], dim=1)
+    assert torch.allclose(passes, one, atol=1e-5)  # the same vectors, in the texts' order
+    longest = features["input_ids"].shape[1]
+    assert [w[0] for w in widths] == [2, 2, 2] and widths[-1][1] == longest
+    assert widths[0][1] < longest / 4  # the two shortest padded to their own longest only
 
 
 def test_transformer_training_needs_a_base(tmp_path):
