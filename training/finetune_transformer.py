@@ -125,7 +125,7 @@ def finetune(
     steps and resumed from (the same batches, in the same order); deleted when done.
     ``progress(step, steps)`` is called after each step. ``low_memory``: each transformer
     layer's activations are recomputed in the backward pass rather than kept (gradient
-    checkpointing): a fraction of the memory for 1.2–1.7× a step's time (2 cores).
+    checkpointing): a fraction of the memory for 1.4–1.9× a step's time (2 cores).
     ``max_tokens``: each text is cut to this many tokens while training (the model still
     reads its own limit when served): attention's cost grows with the square of the length.
     ``newest_links``: a forum's run trains on its newest this many pairs only."""
