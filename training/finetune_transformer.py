@@ -31,6 +31,7 @@ from qres.training.import_encoder import load_sentence_transformer
 
 SCALE = 20.0
 CHECKPOINT_STEPS = 20  # a run with a checkpoint file saves itself this often
+STEP_PASSES = 3  # a step's texts encode in this many passes of like length (_embedded)
 FORUM_NEGATIVE_POOL = 10  # a forum pair's hard negative is one of BM25's top this many
 DATA_NOTES = {
     "semeval2016": "semeval2016 train (parts 1 and 2); dev not read",
@@ -178,7 +179,7 @@ def finetune(
         for start in range(done_here * batch_size, len(triples), batch_size):
             batch = triples[start : start + batch_size]
             texts = [t for triple in batch for t in triple]
-            vectors = _embedded(model, texts, device, passes=3).view(len(batch), 3, -1)
+            vectors = _embedded(model, texts, device, STEP_PASSES).view(len(batch), 3, -1)
             queries, candidates = (
                 vectors[:, 0],
                 vectors[:, 1:].transpose(0, 1).reshape(-1, vectors.shape[-1]),
