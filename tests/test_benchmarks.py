@@ -234,15 +234,22 @@ def test_title_weight_ranks_the_forum_at_each_weight_per_split(shared_data, tmp_
         assert plain != mixed  # the title changes the ranking
         for figures in (plain, mixed):
             assert 0 < figures["nDCG@10"] < 100 and 0 < figures["R@100"] <= 100
-    titles = bench(
-        "title_weight.py", "--model", tmp_path / "small", "--weights", "0.3", "--query", "title",
-        "--data-dir", shared_data / "stackexchange-travel",
+    both = bench(
+        "title_weight.py", "--model", tmp_path / "small", "--weights", "0.3", "--query", "both",
+        "--held-out", "--data-dir", shared_data / "stackexchange-travel",
     )  # fmt: skip
-    assert result["query"] == "question" and titles["query"] == "title"
-    for name, split in titles["splits"].items():
+    assert result["query"] == "question" and both["query"] == "both"
+    asked, titles = both["forms"]["question"], both["forms"]["title"]
+    assert asked["held-out"]["queries"] == titles["held-out"]["queries"] == 86  # train's newest
+    for name, split in titles.items():
         asked_by_title = split["by_title_weight"]["0.3"]["small"]
-        assert asked_by_title != splits[name]["by_title_weight"]["0.3"]["small"]
+        assert asked_by_title != asked[name]["by_title_weight"]["0.3"]["small"]
         assert 0 < asked_by_title["nDCG@10"] < 100 and 0 < asked_by_title["R@100"] <= 100
+        if name in splits:  # the same figures as asking with questions alone
+            assert asked[name] == {
+                "queries": splits[name]["queries"],
+                "by_title_weight": {"0.3": splits[name]["by_title_weight"]["0.3"]},
+            }
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "title_weight.py"), "--model", str(MODEL)],
         capture_output=True, text=True, timeout=300,

@@ -349,6 +349,11 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     record = json.loads((target / "set.json").read_text())
     assert record["members"] == [{"name": "minilm-adapted", "dir": "minilm-adapted"}]
     assert (record["fine_tuning"]["pairs"], record["fine_tuning"]["pairs_available"]) == (30, 43)
+    # the title weight chosen on the held-out links is the one its vectors are made with
+    chosen = record["title_weight"]["chosen"]
+    assert set(record["title_weight"]["held_out_nDCG@10"]) == {"0.0", "0.1", "0.2", "0.3"}
+    card = json.loads((target / "minilm-adapted" / "model.json").read_text())
+    assert chosen in (0.0, 0.1, 0.2, 0.3) and card["title_weight"] == chosen
     report = json.loads((target / "report.json").read_text())
     assert set(report["nDCG@10"]) == {"question", "title"} and report["queries"] == 12
     assert report["searched"] == 150

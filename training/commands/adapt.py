@@ -33,8 +33,9 @@ steps: run the same command again to resume after a crash or Ctrl-C. Needs
 the models extra (torch); a GPU is used when torch sees one. On a CPU, texts
 are cut to 128 tokens while training, and only the newest 1,000 training
 links are read (--max-links). The travel forum (4,919 questions, 1,080
-duplicates, 824 training links) took 11-18 minutes and 2.2-2.4 GB on 2 CPU
-cores, under 2 minutes on one H100 GPU and 16 cores (whole texts).""",
+duplicates, 824 training links) took 11-18 minutes and 2.2-2.8 GB on 2 CPU
+cores (39 minutes on a day the machine ran 2.3x slower), under 2 minutes on
+one H100 GPU and 16 cores (whole texts).""",
 )
 @click.argument("forum", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
