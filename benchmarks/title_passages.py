@@ -26,13 +26,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from search_latency import machine  # noqa: E402
-from title_weight import scores, unit  # noqa: E402
 
 from qres.corpus.readers import read_corpus  # noqa: E402
 from qres.datasets.forum_duplicates import load_forum_duplicates  # noqa: E402
 from qres.encoders.runtime import Encoder  # noqa: E402
-
-TITLE_WEIGHT = 0.2
+from qres.training.import_encoder import TITLE_WEIGHT  # noqa: E402
+from qres.training.title_weight import scores, unit  # noqa: E402
 
 
 def passages(questions, words: int) -> tuple[list[str], np.ndarray]:

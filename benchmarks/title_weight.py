@@ -35,41 +35,20 @@ from search_latency import machine  # noqa: E402
 from qres.corpus.readers import read_corpus  # noqa: E402
 from qres.datasets.forum_duplicates import held_out_cut, load_forum_duplicates  # noqa: E402
 from qres.encoders.runtime import Encoder, TransformerEncoder  # noqa: E402
-from qres.evaluation.ranking_metrics import ndcg_at, recall_at  # noqa: E402
+from qres.training.title_weight import cosines, scores  # noqa: E402
 
 SPLITS = ("train", "test")
 
 
-def unit(rows: np.ndarray) -> np.ndarray:
-    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-
-def scores(cosines: np.ndarray, own: list[int], relevant: list[set[int]]) -> dict[str, float]:
-    """Mean nDCG@10 and R@100 (percent) of ranking each row's columns, its own left out."""
-    ndcg, recall = [], []
-    for row, self_at, wanted in zip(cosines, own, relevant, strict=True):
-        row = row.copy()
-        row[self_at] = -np.inf
-        top = np.argpartition(-row, 100)[:100]
-        ranked = [int(i) in wanted for i in top[np.argsort(-row[top], kind="stable")]]
-        ndcg.append(ndcg_at(ranked, 10, len(wanted)))
-        recall.append(recall_at(ranked, 100, len(wanted)))
-    return {
-        "nDCG@10": round(100 * float(np.mean(ndcg)), 2),
-        "R@100": round(100 * float(np.mean(recall)), 2),
-    }
-
-
 def ranked(text_vectors, title_vectors, w, form, own, relevant, models) -> dict:
     """Each model's scores (and ``together``'s) at title weight ``w``, asking with ``form``."""
-    cosines = []
-    for texts, titles in zip(text_vectors, title_vectors, strict=True):
-        mixed = unit((1 - w) * texts + w * titles)
-        asked = mixed[own] if form == "question" else titles[own]
-        cosines.append(asked @ mixed.T)
-    row = {d.name: scores(c, own, relevant) for d, c in zip(models, cosines, strict=True)}
-    if len(cosines) > 1:
-        row["together"] = scores(np.mean(cosines, axis=0), own, relevant)
+    each = [
+        cosines(texts, titles, w, form, own)
+        for texts, titles in zip(text_vectors, title_vectors, strict=True)
+    ]
+    row = {d.name: scores(c, own, relevant) for d, c in zip(models, each, strict=True)}
+    if len(each) > 1:
+        row["together"] = scores(np.mean(each, axis=0), own, relevant)
     return row
 
 

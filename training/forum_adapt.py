@@ -50,7 +50,6 @@ FOLDS = 5
 SEARCHED = 20_000
 MEMBER = "minilm-adapted"
 REPORT_FILE = "report.json"
-TITLE_WEIGHT_FILE = "title-weight.json"  # the weight chosen on the held-out links, and why
 QUERY_FORMS = ("question", "title")
 
 
@@ -126,9 +125,9 @@ def adapt(
     _fine_tune(plan, step, advance, log, epochs, device, threads, started)
     if _published(plan).get("run") != started["run"]:  # the set there is not this run's
         _convert(plan, step)
-        _choose_title_weight(plan, step, log)
+        title_weight = _choose_title_weight(plan, step, log)
         _fit_fusion(plan, step, log)
-        _publish(plan, started["run"])
+        _publish(plan, started["run"], title_weight)
     report_path = plan.target / REPORT_FILE
     if not report_path.is_file():
         report = _report(plan, step, log)
@@ -261,7 +260,9 @@ def _convert(plan, step) -> None:
         raise AdaptError(str(err)) from None
 
 
-def _choose_title_weight(plan, step, log) -> None:
+def _choose_title_weight(plan, step, log) -> dict:
+    """Give the converted model the title weight its held-out links rank best with; returns
+    the choice and each weight's figures, for the set's record."""
     from qres.evaluation.forum import sampled
     from qres.evaluation.forum_fusion import train_split
     from qres.training import title_weight
@@ -272,9 +273,8 @@ def _choose_title_weight(plan, step, log) -> None:
     model = plan.staged / MEMBER
     best, table = title_weight.choose(_encoder(model), list(held.corpus()), held.queries)
     set_title_weight(model, best)
-    record = {"chosen": best, "held_out_nDCG@10": {str(w): f for w, f in table.items()}}
-    (plan.work / TITLE_WEIGHT_FILE).write_text(json.dumps(record))
     log(f"title weight {best} (held-out nDCG@10 by weight: {table})")
+    return {"chosen": best, "held_out_nDCG@10": {str(w): f for w, f in table.items()}}
 
 
 def _encoder(model_dir: Path):
@@ -312,7 +312,7 @@ def _fit_fusion(plan, step, log) -> None:
     log(f"fusion: {fusion.method} {weights} ({result['record']['queries']} held-out queries)")
 
 
-def _publish(plan, run: str) -> None:
+def _publish(plan, run: str, title_weight: dict) -> None:
     record = {
         "run": run,  # the adaptation that made it (its work folder's fine-tuning.json)
         "members": [{"name": MEMBER, "dir": MEMBER}],
@@ -321,7 +321,7 @@ def _publish(plan, run: str) -> None:
         "forum": str(plan.forum.resolve()),
         "made": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "fine_tuning": json.loads((plan.trained / "qres_finetune.json").read_text()),
-        "title_weight": json.loads((plan.work / TITLE_WEIGHT_FILE).read_text()),
+        "title_weight": title_weight,  # chosen on the held-out links
     }
     (plan.staged / model_set.SET_FILE).write_text(json.dumps(record, indent=2))
     plan.target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ with titles, the model has learnt to read titles already, and the travel set ran
 held-out tenth best with none mixed in (benchmarks/adapt_title_weight.json). So ``adapt``
 measures each of :data:`WEIGHTS` on the held-out links, each duplicate ranking the forum by
 exact cosine with its whole question and with its title alone, and keeps the best mean.
+The same measures serve ``benchmarks/title_weight.py``.
 """
 
 from __future__ import annotations
@@ -16,26 +17,39 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from qres.evaluation.ranking_metrics import ndcg_at
+from qres.evaluation.ranking_metrics import ndcg_at, recall_at
 from qres.training.import_encoder import TITLE_WEIGHT
 
 WEIGHTS = (0.0, 0.1, 0.2, 0.3)
+FORMS = ("question", "title")
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
+def unit(rows: np.ndarray) -> np.ndarray:
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-def mean_ndcg(asked: np.ndarray, forum: np.ndarray, own: list[int], relevant: list[set[int]]):
-    """Mean nDCG@10 (percent) of ranking ``forum``'s rows by cosine with each row of
-    ``asked``, the query's own row left out."""
-    scores = []
-    for row, self_at, wanted in zip(asked @ forum.T, own, relevant, strict=True):
+def cosines(texts: np.ndarray, titles: np.ndarray, w: float, form: str, own: list[int]):
+    """The cosine of each query (the rows ``own``, asking with ``form``) with every question,
+    the questions' vectors their whole texts' mixed with their titles' at weight ``w``."""
+    mixed = unit((1 - w) * texts + w * titles)
+    asked = mixed[own] if form == "question" else titles[own]
+    return asked @ mixed.T
+
+
+def scores(cosines: np.ndarray, own: list[int], relevant: list[set[int]]) -> dict[str, float]:
+    """Mean nDCG@10 and R@100 (percent) of ranking each row's columns, its own left out."""
+    ndcg, recall = [], []
+    for row, self_at, wanted in zip(cosines, own, relevant, strict=True):
+        row = row.copy()
         row[self_at] = -np.inf
-        top = np.argpartition(-row, 10)[:10] if len(row) > 10 else np.arange(len(row))
+        top = np.argpartition(-row, 100)[:100] if len(row) > 100 else np.arange(len(row))
         ranked = [int(i) in wanted for i in top[np.argsort(-row[top], kind="stable")]]
-        scores.append(ndcg_at(ranked, 10, len(wanted)))
-    return 100 * float(np.mean(scores))
+        ndcg.append(ndcg_at(ranked, 10, len(wanted)))
+        recall.append(recall_at(ranked, 100, len(wanted)))
+    return {
+        "nDCG@10": round(100 * float(np.mean(ndcg)), 2),
+        "R@100": round(100 * float(np.mean(recall)), 2),
+    }
 
 
 def choose(encoder, questions: Sequence, queries: Sequence, weights=WEIGHTS):
@@ -47,12 +61,12 @@ def choose(encoder, questions: Sequence, queries: Sequence, weights=WEIGHTS):
     titles = encoder.encode_texts([q.title or q.text for q in questions])
     own = [at[q.id] for q in queries]
     relevant = [{at[r] for r in q.relevant if r in at} for q in queries]
-    table = {}
-    for w in weights:
-        mixed = _unit((1 - w) * texts + w * titles)
-        table[w] = {
-            "question": round(mean_ndcg(mixed[own], mixed, own, relevant), 2),
-            "title": round(mean_ndcg(titles[own], mixed, own, relevant), 2),
+    table = {
+        w: {
+            form: scores(cosines(texts, titles, w, form, own), own, relevant)["nDCG@10"]
+            for form in FORMS
         }
+        for w in weights
+    }
     best = max(weights, key=lambda w: (sum(table[w].values()), w == TITLE_WEIGHT))
     return best, table
