@@ -1,7 +1,7 @@
 """`qres adapt`, then `qres index` and `qres evaluate` with its set, through the CLI, as JSON.
 
     python benchmarks/adapt_cli.py --home /tmp/qres-adapt-home \\
-        [--forum ../shared/data/stackexchange-travel] [--name travel] [--out FILE]
+        [--forum ../shared/data/stackexchange-travel] [--name travel] [--out FILE] [--adapt-only]
 
 What a forum operator runs, each command a process of its own under ``/usr/bin/time -v``, in
 ``--home`` as ``$QRES_HOME`` (give a fresh one to time the whole command: a run already
@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--name", default="travel")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--adapt-only", action="store_true", help="time `qres adapt` alone (no index, evaluate)"
+    )
     args = parser.parse_args(argv)
     qres = str(Path(sys.executable).with_name("qres"))
     env = {**os.environ, "QRES_HOME": str(args.home), "HF_HUB_OFFLINE": "1"}
@@ -75,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     made = args.home / "model-sets" / args.name
     result["adapt_report"] = json.loads((made / "report.json").read_text())
     result["fine_tuning"] = json.loads((made / "set.json").read_text()).get("fine_tuning")
+    if args.adapt_only:
+        return _written(result, args.out)
 
     index_dir = args.home / f"index-{args.name}"
     posts = str(args.forum / "Posts.xml")
@@ -96,10 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         measured, printed, _ = timed(command, env)
         result["commands"][f"evaluate_{form}"] = measured
         result["links_followed_test_split"][form] = json.loads(printed)[0]["metrics"]
+    return _written(result, args.out)
+
+
+def _written(result: dict, out: Path | None) -> int:
     text = json.dumps(result, indent=1)
     print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    if out:
+        out.write_text(text + "\n")
     return 0
 
 

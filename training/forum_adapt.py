@@ -125,8 +125,9 @@ def adapt(
     _fine_tune(plan, step, advance, log, epochs, device, threads, started)
     if _published(plan).get("run") != started["run"]:  # the set there is not this run's
         _convert(plan, step)
-        title_weight = _choose_title_weight(plan, step, log)
-        _fit_fusion(plan, step, log)
+        known: dict = {}  # the forum's texts' vectors: encoded once for both steps below
+        title_weight = _choose_title_weight(plan, step, advance, log, known)
+        _fit_fusion(plan, step, log, known)
         _publish(plan, started["run"], title_weight)
     report_path = plan.target / REPORT_FILE
     if not report_path.is_file():
@@ -140,6 +141,14 @@ def train_tokens(device: str) -> int | None:
     where the cut keeps the travel forum within 30 minutes on 2 cores; none on a GPU, whose
     fine-tuning takes seconds either way (texts then train at the length they are served)."""
     return None if _on_gpu(device) else TRAIN_TOKENS
+
+
+def _low_memory(max_tokens: int | None) -> bool:
+    """Whether fine-tuning recomputes each layer's activations in the backward pass rather
+    than keep them (gradient checkpointing): only for texts longer than :data:`TRAIN_TOKENS`.
+    At that cut, keeping them gave the same model 1.4x faster for 1.3 GB more on 2 cores
+    (benchmarks/adapt_checkpointing.json)."""
+    return max_tokens is None or max_tokens > TRAIN_TOKENS
 
 
 def _on_gpu(device: str) -> bool:
@@ -242,7 +251,7 @@ def _fine_tune(plan, step, advance, log, epochs, device, threads, settings: dict
         title_epochs=min(TITLE_EPOCHS, epochs - 1) if epochs > 1 else 0,
         checkpoint=checkpoint,
         progress=progress,
-        low_memory=True,
+        low_memory=_low_memory(settings["max_tokens"]),
         max_tokens=settings["max_tokens"],
         newest_links=settings.get("max_links"),
     )
@@ -260,18 +269,22 @@ def _convert(plan, step) -> None:
         raise AdaptError(str(err)) from None
 
 
-def _choose_title_weight(plan, step, log) -> dict:
+def _choose_title_weight(plan, step, advance, log, known: dict) -> dict:
     """Give the converted model the title weight its held-out links rank best with; returns
-    the choice and each weight's figures, for the set's record."""
+    the choice and each weight's figures, for the set's record. The texts' vectors are left
+    in ``known``."""
     from qres.evaluation.forum import sampled
     from qres.evaluation.forum_fusion import train_split
     from qres.training import title_weight
     from qres.training.import_encoder import set_title_weight
 
-    step("choosing the title weight on the held-out links", None)
     held = sampled(train_split(plan.forum, held_out=True, links=False), SEARCHED)
+    questions = list(held.corpus())
+    step("choosing the title weight on the held-out links", 2 * len(questions))
     model = plan.staged / MEMBER
-    best, table = title_weight.choose(_encoder(model), list(held.corpus()), held.queries)
+    encoder = _encoder(model)
+    encoder.share_vectors(known)
+    best, table = title_weight.choose(encoder, questions, held.queries, progress=advance)
     set_title_weight(model, best)
     log(f"title weight {best} (held-out nDCG@10 by weight: {table})")
     return {"chosen": best, "held_out_nDCG@10": {str(w): f for w, f in table.items()}}
@@ -289,11 +302,14 @@ def _open_index(name: str):
     return open_eval_index(None, name)
 
 
-def _fit_fusion(plan, step, log) -> None:
+def _fit_fusion(plan, step, log, known: dict) -> None:
+    """Fit the set's fusion on the held-out links, its index of the forum made from the
+    vectors in ``known`` where they are there."""
     from qres.evaluation import forum_fusion
 
     step("fitting the fusion on the held-out links", None)
     encoder = _encoder(plan.staged / MEMBER)
+    encoder.share_vectors(known)
     result, fusion = forum_fusion.tune(
         plan.forum,
         [encoder],

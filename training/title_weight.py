@@ -52,13 +52,15 @@ def scores(cosines: np.ndarray, own: list[int], relevant: list[set[int]]) -> dic
     }
 
 
-def choose(encoder, questions: Sequence, queries: Sequence, weights=WEIGHTS):
+def choose(encoder, questions: Sequence, queries: Sequence, weights=WEIGHTS, progress=None):
     """The weight of ``weights`` whose ranking of ``questions`` is best for ``queries``
     (:class:`~qres.datasets.benchmarks.RankingQuery`, each one of ``questions``) on the mean
-    of their two forms (a tie: the zero-shot weight), and each weight's nDCG@10 by form."""
+    of their two forms (a tie: the zero-shot weight), and each weight's nDCG@10 by form.
+    ``progress(n)`` is told of the texts encoded, two a question."""
     at = {q.id: i for i, q in enumerate(questions)}
-    texts = encoder.encode_texts([q.text for q in questions])  # read as titles: never mixed
-    titles = encoder.encode_texts([q.title or q.text for q in questions])
+    # each read as a title alone, so never mixed with another
+    texts = encoder.encode_texts([q.text for q in questions], progress=progress)
+    titles = encoder.encode_texts([q.title or q.text for q in questions], progress=progress)
     own = [at[q.id] for q in queries]
     relevant = [{at[r] for r in q.relevant if r in at} for q in queries]
     table = {

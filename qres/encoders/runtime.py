@@ -467,6 +467,14 @@ class TransformerEncoder(Encoder):
         self.max_tokens = int(card["max_seq_tokens"])
         self._pad_id = int(card.get("pad_token_id", 0))
         self.title_weight = title_weight(card)
+        self._known: dict[tuple, np.ndarray] | None = None
+
+    def share_vectors(self, known: dict[tuple, np.ndarray]) -> None:
+        """Take a text's vector from ``known`` (its token ids to its vector) where it is there,
+        and put each text encoded from now on there: encoders of one model's files, at any
+        title weight, then encode each text once between them (``qres adapt`` chooses the
+        title weight and then indexes the same forum)."""
+        self._known = known
 
     @staticmethod
     def load_vocab(model_dir: Path, card: dict):
@@ -520,7 +528,17 @@ class TransformerEncoder(Encoder):
         ids, where = _unique([tuple(t) for t in tokens])
         copies = np.bincount(where, minlength=len(ids))
         unique = np.zeros((len(ids), self.dim), dtype=np.float32)
-        bulk = len(ids) >= SMALL_BATCH
+        known = self._known
+        if known is not None:
+            found = [i for i, t in enumerate(ids) if t in known]
+            if found:
+                unique[found] = [known[ids[i]] for i in found]
+                if progress:
+                    progress(int(copies[found].sum()))
+            todo = [i for i, t in enumerate(ids) if t not in known]
+        else:
+            todo = list(range(len(ids)))
+        bulk = len(todo) >= SMALL_BATCH
         session = (self._bulk_sessions() if bulk else self._query())["title"]
 
         def run(rows: list[int]) -> int:
@@ -533,16 +551,25 @@ class TransformerEncoder(Encoder):
             unique[rows] = session.run(["vector"], {"input_ids": batch, "attention_mask": mask})[0]
             return int(copies[rows].sum())
 
-        runs = token_runs([len(t) for t in ids], self.token_budget, batch_size)
+        runs = token_runs([len(ids[i]) for i in todo], self.token_budget, batch_size)
+        runs = [[todo[at] for at in run] for run in runs]
         for covered in side_by_side(run, runs, self._parallel if bulk else 1):
             if progress:
                 progress(covered)
+        if known is not None:
+            known.update((ids[i], unique[i]) for i in todo)
         return unique[where]
 
-    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
-        """Unit vectors [n, dim] of texts, each cut to the card's ``max_seq_tokens``."""
+    def encode_texts(
+        self,
+        texts: Sequence[str],
+        batch_size: int | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
+        """Unit vectors [n, dim] of texts, each cut to the card's ``max_seq_tokens``;
+        ``progress`` as in :meth:`encode_sequences`."""
         questions = [Question(str(i), t, "") for i, t in enumerate(texts)]
-        return self.encode_questions(questions, batch_size)
+        return self.encode_tokens(self.tokenize(questions), batch_size, progress)
 
 
 def quantized(card: dict) -> bool:

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from qres.cli import cli
 from qres.encoders import model_set
+from qres.encoders.runtime import TransformerEncoder
 from qres.ranking.fusion import DEFAULT, Fusion, shipped_fusion_for
 from qres.training import finetune_transformer as ft
 from qres.training import forum_adapt
@@ -196,6 +197,8 @@ def test_adapt_cuts_texts_while_fine_tuning_on_a_cpu_only(
     with pytest.raises(Stop):
         forum_adapt.adapt(plan, quiet, quiet, quiet, device=device)
     assert asked["max_tokens"] == cut and asked["device"] == device
+    # cut texts keep their activations for the backward pass; whole ones recompute them
+    assert asked["low_memory"] == (cut is None)
 
 
 def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypatch):
@@ -328,12 +331,24 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     forum = synthetic_forum(tmp_path / "travelish")
     # a forum larger than what adapt searches: its 120 linked questions and 30 of the others
     monkeypatch.setattr(forum_adapt, "SEARCHED", 150)
+    # choosing the title weight and fitting the fusion share the forum's vectors
+    shared: list[tuple[dict, int]] = []  # (the vectors shared, how many then) at each share
+    share_vectors = TransformerEncoder.share_vectors
+
+    def sharing(encoder, known):
+        shared.append((known, len(known)))
+        share_vectors(encoder, known)
+
+    monkeypatch.setattr(TransformerEncoder, "share_vectors", sharing)
     # the zero-shot set compared against is the packaged MiniLM, converted once
     runner = CliRunner()
     first = runner.invoke(
         cli, ["adapt", str(forum), "--name", "mine", "--epochs", "1", "--max-links", "30"]
     )
     assert first.exit_code == 0, first.output
+    ((chooser, empty), (fitter, texts)) = shared
+    # the fusion's index of the 150 questions encoded nothing the choice had not
+    assert chooser is fitter and empty == 0 and 150 <= texts == len(fitter)
     lines = first.output.splitlines()
     # 48 duplicates train, the newest 5 held out for the fusion, the newest 30 before those read
     assert "fine-tuned on the newest 30 of the forum's 43 training links" in first.output

@@ -144,6 +144,45 @@ def test_a_title_weight_of_0_gives_the_whole_text_and_another_fingerprint(import
     assert result.exit_code == 2 and "--title-weight" in result.output
 
 
+def test_encoders_sharing_vectors_encode_each_text_once_at_any_title_weight(
+    imported, tmp_path, monkeypatch
+):
+    """What `qres adapt` does between choosing the title weight and indexing the forum."""
+    import qres.encoders.runtime as runtime
+    from qres.training.import_encoder import set_title_weight
+
+    out, _, _ = imported
+    shutil.copytree(out, tmp_path / "m")
+    set_title_weight(tmp_path / "m", 0.0)
+    questions = [
+        Question("q1", "visa renewal in doha", "how long does it take to renew?"),
+        Question("q2", "lost my passport", "what do I do at the airport?"),
+    ]
+    encoded: list[int] = []
+    side_by_side = runtime.side_by_side
+
+    def counted(function, runs, at_once):
+        encoded.extend(len(run) for run in runs)
+        return side_by_side(function, runs, at_once)
+
+    monkeypatch.setattr(runtime, "side_by_side", counted)
+    known: dict = {}
+    mixed = Encoder.load(out, providers=["CPUExecutionProvider"])
+    mixed.share_vectors(known)
+    got = mixed.encode_questions(questions)
+    assert sum(encoded) == 4 and len(known) == 4  # two texts, two titles
+    fresh = Encoder.load(out, providers=["CPUExecutionProvider"]).encode_questions(questions)
+    assert np.abs(got - fresh).max() <= 1e-5
+    encoded.clear()
+    whole = Encoder.load(tmp_path / "m", providers=["CPUExecutionProvider"])
+    whole.share_vectors(known)
+    questions.append(Question("q3", "a new title", "a new body"))
+    shared = whole.encode_questions(questions)
+    assert sum(encoded) == 1 and len(known) == 5  # only q3's text was encoded
+    alone = Encoder.load(tmp_path / "m", providers=["CPUExecutionProvider"])
+    assert np.abs(shared - alone.encode_questions(questions)).max() <= 1e-5
+
+
 def test_members_imported_before_title_weights_are_updated_in_place(
     imported, tmp_path, monkeypatch
 ):

@@ -18,7 +18,9 @@ class FakeEncoder:
     def __init__(self, vectors: dict[str, np.ndarray]):
         self.vectors = vectors
 
-    def encode_texts(self, texts):
+    def encode_texts(self, texts, progress=None):
+        if progress:
+            progress(len(texts))
         return np.stack([self.vectors[t] for t in texts])
 
 
