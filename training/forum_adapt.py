@@ -131,7 +131,7 @@ def adapt(
         _publish(plan, started["run"], title_weight)
     report_path = plan.target / REPORT_FILE
     if not report_path.is_file():
-        report = _report(plan, step, log)
+        report = _report(plan, step, advance, log)
         report_path.write_text(json.dumps(report, indent=2))
     return json.loads(report_path.read_text())
 
@@ -349,8 +349,9 @@ def _publish(plan, run: str, title_weight: dict) -> None:
     shutil.rmtree(former, ignore_errors=True)
 
 
-def _report(plan, step, log) -> dict:
+def _report(plan, step, advance, log) -> dict:
     """Before and after on the forum's test links, the text alone (no links followed)."""
+    from qres.evaluation import forum_fusion
     from qres.evaluation.forum import sampled
     from qres.evaluation.runner import evaluate_rankers, load_benchmark
     from qres.training.default_set import BuildError, build
@@ -362,6 +363,12 @@ def _report(plan, step, log) -> dict:
     sets = {"before": model_set.README_SET, "after": plan.name}
     report: dict = {"split": "test", "links": "not followed (the text alone)", "nDCG@10": {}}
     report["R@100"] = {}
+    forum = sampled(load_benchmark("stackexchange", "test", plan.forum, links=False), SEARCHED)
+    searched = forum.searched or sum(1 for _ in forum.corpus())  # the whole forum: <= SEARCHED
+    for name in sets.values():  # each set's index of the forum, made with a progress bar
+        step(f"encoding the forum's {searched:,} questions with the {name} set", searched)
+        encoders = [_encoder(d) for d in model_set.model_dirs(name)]
+        forum_fusion.encode_forum(forum, encoders, _open_index, advance)
     for form in QUERY_FORMS:
         benchmark = load_benchmark("stackexchange", "test", plan.forum, links=False, query=form)
         benchmark = sampled(benchmark, SEARCHED)

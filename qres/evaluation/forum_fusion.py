@@ -58,7 +58,7 @@ def candidate_lists(
     candidates: int = DEFAULT_CANDIDATES,
 ) -> list[CandidateList]:
     """Every query's rescored candidates with [bm25/top, cosine per model] and labels."""
-    ensure_index(backend, benchmark.corpus, list(encoders) if len(encoders) > 1 else encoders[0])
+    ensure_index(backend, benchmark.corpus, _model(encoders))
     fusion = Fusion.equal([e.fingerprint for e in encoders]) if len(encoders) > 1 else None
     pipeline = SearchPipeline(
         backend,
@@ -106,6 +106,24 @@ def originals(benchmark: Benchmark) -> dict[str, list[str]]:
     """Each query's originals, kept with a fit's folds: forum ids repeat across forums, so
     evaluation takes a query for one fitted on only when its originals match too."""
     return {q.id: sorted(q.relevant) for q in benchmark.queries}
+
+
+def encode_forum(
+    benchmark: Benchmark,
+    encoders: Sequence,
+    open_index: Callable[[str], AbstractContextManager[Backend]],
+    progress: Callable[[float], None] | None = None,
+) -> None:
+    """Fill the evaluation index of ``benchmark``'s forum for ``encoders`` ahead of the
+    searches (the index ``qres evaluate`` and the fusion's fit share), ``progress(n)`` told
+    of the questions encoded."""
+    with open_index(eval_index_name(benchmark, index_key(encoders))) as backend:
+        ensure_index(backend, benchmark.corpus, _model(encoders), progress)
+
+
+def _model(encoders: Sequence):
+    """What :func:`ensure_index` takes: one encoder, or a list of several."""
+    return list(encoders) if len(encoders) > 1 else encoders[0]
 
 
 def indexed_lists(

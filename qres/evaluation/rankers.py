@@ -221,15 +221,20 @@ def open_eval_index(backend_name: str | None, name: str) -> Backend:
 
 
 def ensure_index(
-    backend: Backend, questions: Callable[[], Iterable[Question]], encoder=None
+    backend: Backend,
+    questions: Callable[[], Iterable[Question]],
+    encoder=None,
+    progress: Callable[[float], None] | None = None,
 ) -> None:
-    """Fill an evaluation index once (re-used while its model fingerprint matches)."""
+    """Fill an evaluation index once (re-used while its model fingerprint matches);
+    ``progress(n)`` is told of the questions encoded as they are."""
     several = isinstance(encoder, list | tuple)
     encoders = list(encoder) if several else [encoder] if encoder is not None else []
     held = sorted(m["model_fingerprint"] for m in index_models(backend.metadata()))
     if backend.count() > 0 and held == sorted(e.fingerprint for e in encoders):
         return
-    index_questions(backend, questions(), encoder=encoders if several else encoder)
+    encoder = encoders if several else encoder
+    index_questions(backend, questions(), encoder=encoder, on_encoded=progress)
 
 
 def _pipeline(backend, encoder, fusion, dense_candidates) -> SearchPipeline:

@@ -358,6 +358,7 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
         for line in lines
     )
     assert any("question queries:" in line and "nDCG@10" in line for line in lines)
+    assert "encoding the forum's 150 questions with the minilm set" in first.output
     assert any("title queries:" in line for line in lines)
     assert lines[-1] == f"next: qres index {forum / 'Posts.xml'} --model-set mine"
     target = tmp_path / "home" / "model-sets" / "mine"
