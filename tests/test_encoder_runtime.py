@@ -14,6 +14,7 @@ import pytest
 
 from qres.corpus.readers import Question
 from qres.encoders import runtime as enc
+from qres.encoders.runs import side_by_side, token_runs
 from qres.encoders.runtime import CPU, CUDA, Encoder, EncoderError, Runtime
 
 MODEL = Path(__file__).resolve().parents[1] / "qres" / "models" / "default"
@@ -187,14 +188,14 @@ def test_bulk_runs_side_by_side_give_the_vectors_of_a_plain_encode():
 
 def test_runs_are_cut_by_padded_tokens_and_cover_every_text_once():
     lengths = [5, 300, 1, 40, 40, 7, 12, 5000, 3]
-    runs = enc.token_runs(lengths, budget=100)
+    runs = token_runs(lengths, budget=100)
     assert sorted(i for run in runs for i in run) == list(range(len(lengths)))
     flat = [lengths[i] for run in runs for i in run]
     assert flat == sorted(lengths)  # by increasing length
     for run in runs:
         longest = max(lengths[i] for i in run)
         assert len(run) == 1 or len(run) * longest <= 100  # a longer text runs alone
-    assert [len(r) for r in enc.token_runs([2] * 10, budget=1000, max_rows=4)] == [4, 4, 2]
+    assert [len(r) for r in token_runs([2] * 10, budget=1000, max_rows=4)] == [4, 4, 2]
 
 
 def test_runs_side_by_side_keep_their_order_and_at_most_so_many_going():
@@ -214,13 +215,13 @@ def test_runs_side_by_side_keep_their_order_and_at_most_so_many_going():
             going[0] -= 1
         return item * 10
 
-    assert list(enc.side_by_side(run, range(12), 3)) == [i * 10 for i in range(12)]
+    assert list(side_by_side(run, range(12), 3)) == [i * 10 for i in range(12)]
     assert most[0] == 3
-    assert list(enc.side_by_side(run, range(4), 1)) == [0, 10, 20, 30]  # in this thread
+    assert list(side_by_side(run, range(4), 1)) == [0, 10, 20, 30]  # in this thread
     # a caller that stops (Ctrl-C raised by its progress callback) starts no more runs
     started.clear()
     with pytest.raises(KeyboardInterrupt):
-        for result in enc.side_by_side(run, range(100), 2):
+        for result in side_by_side(run, range(100), 2):
             if result == 30:
                 raise KeyboardInterrupt
     time.sleep(0.1)

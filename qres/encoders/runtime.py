@@ -32,9 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -55,6 +53,7 @@ from qres.encoders.card import (  # noqa: F401 - the card's names, used through 
     vocab_file,
 )
 from qres.encoders.manifest import open_model
+from qres.encoders.runs import distinct, side_by_side, token_runs
 from qres.encoders.vocab import Vocab, VocabError, pad_batch
 
 log = logging.getLogger("qres.encoders")
@@ -431,7 +430,7 @@ class Encoder:
         """Unit vectors [n, dim] float32 of :meth:`tokenize`'s output (title and body
         averaged; identical questions encoded once); calls from several threads may
         overlap. ``progress(n)`` is called with the number of questions when done."""
-        unique, where = _unique([(tuple(t), tuple(b)) for t, b in tokens])
+        unique, where = distinct([(tuple(t), tuple(b)) for t, b in tokens])
         bulk = len(unique) >= SMALL_BATCH
         titles = self.encode_ids([t for t, _ in unique], "title", batch_size, bulk)
         bodies = self.encode_ids([b for _, b in unique], "body", batch_size, bulk)
@@ -525,7 +524,7 @@ class TransformerEncoder(Encoder):
         longer than the budget runs alone), ``batch_size`` rows at most if given, so memory
         per run is bounded whatever the texts. ``progress(n)`` is called after each run
         with the number of texts (duplicates included) it covered."""
-        ids, where = _unique([tuple(t) for t in tokens])
+        ids, where = distinct([tuple(t) for t in tokens])
         copies = np.bincount(where, minlength=len(ids))
         unique = np.zeros((len(ids), self.dim), dtype=np.float32)
         known = self._known
@@ -605,47 +604,6 @@ def _graph(path: Path, card: dict, providers: list[str]) -> str | bytes:
         # graph as it is still runs
         log.warning("%s: not rewritten for the GPU (%s); int8 products run on the CPU", path, err)
     return str(path)
-
-
-def _unique(keys: Sequence) -> tuple[list, np.ndarray]:
-    """The distinct ``keys`` in first-seen order, and where each key is among them."""
-    first: dict = {}
-    where = [first.setdefault(key, len(first)) for key in keys]
-    return list(first), np.array(where, dtype=np.int64)
-
-
-def token_runs(lengths: Sequence[int], budget: int, max_rows: int | None = None) -> list[list[int]]:
-    """Indices of ``lengths`` by increasing length, cut into runs whose padded size (rows x
-    longest) stays within ``budget`` tokens and ``max_rows`` rows; a longer text runs alone."""
-    runs: list[list[int]] = []
-    run: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        full = max_rows is not None and len(run) >= max_rows
-        if run and (full or (len(run) + 1) * max(lengths[i], 1) > budget):
-            runs.append(run)
-            run = []
-        run.append(i)
-    if run:
-        runs.append(run)
-    return runs
-
-
-def side_by_side(function: Callable, items: Sequence, at_once: int) -> Iterator:
-    """``function(item)`` for each item, up to ``at_once`` at a time on threads (onnxruntime
-    releases the GIL while it runs), the results in the items' order; a single item runs in
-    this thread. A caller that stops early (a progress callback raising on Ctrl-C) leaves at
-    most ``at_once`` runs going."""
-    if min(at_once, len(items)) <= 1:
-        yield from map(function, items)
-        return
-    with ThreadPoolExecutor(at_once) as pool:
-        running: deque = deque()
-        for item in items:
-            running.append(pool.submit(function, item))
-            if len(running) == at_once:
-                yield running.popleft().result()
-        while running:
-            yield running.popleft().result()
 
 
 def _tokenize_text(tokenizer, with_titles: bool, questions: Sequence[Question]):
