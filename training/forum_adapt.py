@@ -363,15 +363,19 @@ def _report(plan, step, advance, log) -> dict:
     sets = {"before": model_set.README_SET, "after": plan.name}
     report: dict = {"split": "test", "links": "not followed (the text alone)", "nDCG@10": {}}
     report["R@100"] = {}
-    forum = sampled(load_benchmark("stackexchange", "test", plan.forum, links=False), SEARCHED)
+    benchmarks = {
+        form: sampled(
+            load_benchmark("stackexchange", "test", plan.forum, links=False, query=form), SEARCHED
+        )
+        for form in QUERY_FORMS
+    }
+    forum = benchmarks[QUERY_FORMS[0]]  # every form searches the same index of the forum
     searched = forum.searched or sum(1 for _ in forum.corpus())  # the whole forum: <= SEARCHED
     for name in sets.values():  # each set's index of the forum, made with a progress bar
         step(f"encoding the forum's {searched:,} questions with the {name} set", searched)
         encoders = [_encoder(d) for d in model_set.model_dirs(name)]
         forum_fusion.encode_forum(forum, encoders, _open_index, advance)
-    for form in QUERY_FORMS:
-        benchmark = load_benchmark("stackexchange", "test", plan.forum, links=False, query=form)
-        benchmark = sampled(benchmark, SEARCHED)
+    for form, benchmark in benchmarks.items():
         report["queries"], report["searched"] = len(benchmark.queries), benchmark.searched
         for when, name in sets.items():
             step(f"measuring {when} on the newest links ({form} queries)", None)

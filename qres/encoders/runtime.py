@@ -528,15 +528,14 @@ class TransformerEncoder(Encoder):
         copies = np.bincount(where, minlength=len(ids))
         unique = np.zeros((len(ids), self.dim), dtype=np.float32)
         known = self._known
-        if known is not None:
-            found = [i for i, t in enumerate(ids) if t in known]
-            if found:
-                unique[found] = [known[ids[i]] for i in found]
-                if progress:
-                    progress(int(copies[found].sum()))
-            todo = [i for i, t in enumerate(ids) if t not in known]
-        else:
-            todo = list(range(len(ids)))
+        # texts encoded before by an encoder sharing these vectors
+        shared = [known is not None and t in known for t in ids]
+        found = [i for i, was in enumerate(shared) if was]
+        todo = [i for i, was in enumerate(shared) if not was]
+        if found:
+            unique[found] = [known[ids[i]] for i in found]
+            if progress:
+                progress(int(copies[found].sum()))
         bulk = len(todo) >= SMALL_BATCH
         session = (self._bulk_sessions() if bulk else self._query())["title"]
 
