@@ -258,8 +258,22 @@ def test_the_minilm_and_fast_sets_ship_a_cosine_led_fusion_for_their_one_transfo
     assert 0 <= shipped.bm25 < 0.5 and shipped.bm25 + shipped.cosine == pytest.approx(1.0)
     assert shipped.tuned_on == "semeval2016/train+semeval2016/dev+stackexchange/train"
     assert model_set.first_stage(name) == (member,)
-    assert model_set.DERIVED["minilm-int8-64"] == ("minilm", "int8", 64)
+    assert model_set.DERIVED["minilm-int8-64"] == ("minilm", "int8", 64, 0.0)
     assert model_set.README_SET == "minilm"
+
+
+def test_an_index_built_with_the_fast_sets_former_minilm_keeps_its_fusion():
+    """The fast set's MiniLM read its title alone too until 2026-12-06: its shipped weights
+    were chosen with both vectors, so an index built with the former one still fuses by them
+    (its own fingerprint named), and no other fingerprint gets them."""
+    ((former, now),) = model_set.SUPERSEDED.items()
+    shipped = Fusion.read(model_set.fusion_file("fast"))
+    assert shipped.models == [now] == list(model_set.expected_fingerprints("fast").values())
+    kept = shipped_fusion_for([former])
+    assert kept.models == [former] and (kept.bm25, kept.cosine) == (shipped.bm25, shipped.cosine)
+    assert shipped_fusion_for([now]) == shipped
+    assert shipped_fusion_for([former, now]) is None
+    assert shipped_fusion_for(["0" * 64]) is None
 
 
 def test_an_unbuilt_fast_set_names_its_build_command(run, tmp_path, monkeypatch):

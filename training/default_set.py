@@ -94,9 +94,10 @@ def build(
     done = []
     for name in dict.fromkeys(bases + wanted):
         out = member_dir(name)
-        if (out / "model.json").is_file() and _made_before_title_weights(out):
-            step(f"mixing titles into {name}'s vectors")
-            _upgrade(out)
+        weight = _stale_title_weight(name, out) if (out / "model.json").is_file() else None
+        if weight is not None:
+            step(f"giving {name}'s vectors a title weight of {weight}")
+            _upgrade(out, weight)
             done.append((name, "updated"))
         elif (out / "model.json").is_file():
             done.append((name, "present"))
@@ -104,9 +105,9 @@ def build(
             partial = out.with_name(out.name + ".partial")
             shutil.rmtree(partial, ignore_errors=True)
             if name in DERIVED:
-                base, quantize, max_tokens = DERIVED[name]
+                base, quantize, max_tokens, title_weight = DERIVED[name]
                 step(f"deriving {name} from {base}")
-                _derive(member_dir(base), partial, quantize, max_tokens)
+                _derive(member_dir(base), partial, quantize, max_tokens, title_weight)
             else:
                 source = sources[name]()
                 step(f"converting {name} to ONNX")
@@ -120,28 +121,36 @@ def build(
     return done
 
 
-def _derive(base: Path, out: Path, quantize, max_tokens) -> None:
+def _derive(base: Path, out: Path, quantize, max_tokens, title_weight) -> None:
     from qres.training.import_encoder import EncoderImportError, derive_encoder
 
     try:
-        derive_encoder(base, out, quantize, max_tokens)
+        derive_encoder(base, out, quantize, max_tokens, title_weight)
     except EncoderImportError as err:
         raise BuildError(str(err)) from None
 
 
-def _made_before_title_weights(out: Path) -> bool:
-    """A transformer imported by a qres from before titles were mixed into its vectors."""
+def _stale_title_weight(name: str, out: Path) -> float | None:
+    """The title weight a member made by an older qres should have (None: it has it): one
+    from before titles were mixed in has none, and the fast set's MiniLM once had 0.2."""
     from qres.encoders.runtime import TRANSFORMER, read_card
+    from qres.training.import_encoder import TITLE_WEIGHT
 
     card = read_card(out / "model.json")
-    return card.get("architecture") == TRANSFORMER and "title_weight" not in card
+    if card.get("architecture") != TRANSFORMER:
+        return None
+    has = card.get("title_weight")
+    if name in DERIVED:
+        wanted = DERIVED[name][3]
+        return wanted if has is None or float(has) != wanted else None
+    return TITLE_WEIGHT if has is None else None
 
 
-def _upgrade(out: Path) -> None:
+def _upgrade(out: Path, weight: float) -> None:
     from qres.training.import_encoder import EncoderImportError, set_title_weight
 
     try:
-        set_title_weight(out)
+        set_title_weight(out, weight)
     except EncoderImportError as err:
         raise BuildError(str(err)) from None
 

@@ -215,12 +215,14 @@ def derive_encoder(
     out_dir: str | Path,
     quantize: str | None = None,
     max_tokens: int | None = None,
+    title_weight: float | None = None,
 ) -> dict:
     """A cheaper variant of an imported transformer (a qres model directory), without torch:
     its graph quantised (``int8``: onnxruntime dynamic quantisation) and/or its input cut to
-    ``max_tokens`` (a question is then its title and the first body tokens that fit). The cut
-    is written into ``tokenizer.json`` too, so the variant has its own fingerprint: vectors
-    of a cut model are never mixed with the whole model's. Returns the card."""
+    ``max_tokens`` (a question is then its title and the first body tokens that fit), and
+    with ``title_weight`` (None: the source's). The cut is written into ``tokenizer.json``
+    too, so the variant has its own fingerprint: vectors of a cut model are never mixed with
+    the whole model's. Returns the card."""
     from tokenizers import Tokenizer
 
     from qres.encoders.manifest import open_model
@@ -245,6 +247,9 @@ def derive_encoder(
         card["encoder"] = {**card["encoder"], "quantize": "int8"}
     elif quantize not in (None, "int8"):
         raise EncoderImportError(f"unknown quantisation {quantize!r} (int8)")
+    if title_weight is not None:
+        _check_title_weight(title_weight)
+        card["title_weight"], card["combine"] = title_weight, COMBINE
     card["training"] = {**card.get("training", {}), "derived_from": source.card["fingerprint"]}
     card["fingerprint"] = card_fingerprint(out_dir, card)
     _write_card(out_dir, card)

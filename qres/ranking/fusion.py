@@ -204,13 +204,19 @@ def default_set_fusion() -> Fusion:
 
 def shipped_fusion_for(fingerprints) -> Fusion | None:
     """The fusion shipped for a model set (:mod:`qres.encoders.model_set`) that fuses exactly
-    the models ``fingerprints``, else None."""
-    from qres.encoders.model_set import fusion_file, names
+    the models ``fingerprints``, else None. A member a former qres made otherwise
+    (:data:`~qres.encoders.model_set.SUPERSEDED`) keeps the fusion its index was searched
+    with, so an index built with it ranks as it did until it is rebuilt."""
+    from qres.encoders.model_set import SUPERSEDED, fusion_file, names
 
+    current = [SUPERSEDED.get(fp, fp) for fp in fingerprints]
     for name in names():
         path = fusion_file(name)
         if path.is_file():
             shipped = Fusion.read(path)
-            if sorted(shipped.models or []) == sorted(fingerprints):
-                return shipped
+            if sorted(shipped.models or []) == sorted(current):
+                if current == list(fingerprints):
+                    return shipped
+                renamed = dict(zip(current, fingerprints, strict=True))
+                return replace(shipped, models=[renamed[fp] for fp in shipped.models])
     return None

@@ -99,8 +99,9 @@ def test_the_fast_sets_minilm_is_derived_exactly_as_its_shipped_fusion_was_fitte
     from qres.training.import_encoder import derive_encoder
 
     out, _, _ = imported
-    base, quantize, max_tokens = model_set.DERIVED["minilm-int8-64"]
-    card = derive_encoder(out, tmp_path / "minilm-int8-64", quantize, max_tokens)
+    base, quantize, max_tokens, title_weight = model_set.DERIVED["minilm-int8-64"]
+    card = derive_encoder(out, tmp_path / "minilm-int8-64", quantize, max_tokens, title_weight)
+    assert card["title_weight"] == 0.0 and card["max_seq_tokens"] == 64
     assert card["fingerprint"] == model_set.expected_fingerprints("fast")["minilm-int8-64"]
 
 
@@ -214,6 +215,31 @@ def test_members_imported_before_title_weights_are_updated_in_place(
     assert again == [("minilm", "present"), ("minilm-int8-64", "present")]
 
 
+def test_a_fast_minilm_made_with_the_title_pass_is_given_the_text_alone_in_place(
+    imported, tmp_path, monkeypatch
+):
+    """The fast set's MiniLM once mixed in its title at 0.2: `qres import-encoder fast` over
+    such a $QRES_HOME sets it to 0 without deriving it again (the graph is the same), and
+    the set's fingerprint is the shipped fusion's."""
+    from qres.encoders import model_set
+    from qres.training import default_set
+    from qres.training.import_encoder import set_title_weight
+
+    out, _, _ = imported
+    shutil.copytree(out, tmp_path / "home" / "models" / "minilm")
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    default_set.build(set_name="fast", converter=lambda *_: pytest.fail("converted"))
+    fast = model_set.member_dir("minilm-int8-64")
+    graph = (fast / "model.onnx").read_bytes()
+    set_title_weight(fast, 0.2)
+    expected = model_set.expected_fingerprints("fast")["minilm-int8-64"]
+    assert Encoder.load(fast).fingerprint != expected
+    done = default_set.build(set_name="fast", converter=lambda *_: pytest.fail("converted"))
+    assert done == [("minilm", "present"), ("minilm-int8-64", "updated")]
+    assert Encoder.load(fast).fingerprint == expected and Encoder.load(fast).title_weight == 0
+    assert (fast / "model.onnx").read_bytes() == graph
+
+
 def test_the_card_is_a_qres_card_and_the_graph_has_dynamic_batch_and_length(imported):
     out, card, _ = imported
     saved = json.loads((out / "model.json").read_text())
@@ -292,16 +318,16 @@ def test_a_derived_int8_model_cut_to_64_tokens_has_its_own_fingerprint(imported,
 
 
 def test_max_tokens_imports_any_model_in_the_fast_sets_form(imported, tmp_path):
-    """`--quantize int8 --max-tokens 64` on a sentence-transformers directory gives what the
-    fast set derives from MiniLM: the same fingerprint, so a fine-tuned model gets that form
-    the same way."""
+    """`--quantize int8 --max-tokens 64 --title-weight 0` on a sentence-transformers directory
+    gives what the fast set derives from MiniLM: the same fingerprint, so a fine-tuned model
+    gets that form the same way."""
     from qres.encoders import model_set
 
     out = tmp_path / "fast-form"
     result = CliRunner().invoke(
         cli,
         ["import-encoder", "sentence-transformers", str(SOURCE), "--out", str(out)]
-        + ["--quantize", "int8", "--max-tokens", "64"],
+        + ["--quantize", "int8", "--max-tokens", "64", "--title-weight", "0"],
     )
     assert result.exit_code == 0, result.output
     card = json.loads((out / "model.json").read_text())
