@@ -94,12 +94,13 @@ def build(
     done = []
     for name in dict.fromkeys(bases + wanted):
         out = member_dir(name)
-        weight = _stale_title_weight(name, out) if (out / "model.json").is_file() else None
+        present = (out / "model.json").is_file()
+        weight = _stale_title_weight(name, out) if present else None
         if weight is not None:
             step(f"giving {name}'s vectors a title weight of {weight}")
             _upgrade(out, weight)
             done.append((name, "updated"))
-        elif (out / "model.json").is_file():
+        elif present:
             done.append((name, "present"))
         else:
             partial = out.with_name(out.name + ".partial")

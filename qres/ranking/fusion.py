@@ -215,8 +215,6 @@ def shipped_fusion_for(fingerprints) -> Fusion | None:
         if path.is_file():
             shipped = Fusion.read(path)
             if sorted(shipped.models or []) == sorted(current):
-                if current == list(fingerprints):
-                    return shipped
-                renamed = dict(zip(current, fingerprints, strict=True))
-                return replace(shipped, models=[renamed[fp] for fp in shipped.models])
+                named = dict(zip(current, fingerprints, strict=True))  # as the index names them
+                return replace(shipped, models=[named[fp] for fp in shipped.models])
     return None
