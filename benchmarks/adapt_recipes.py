@@ -3,12 +3,13 @@
     python benchmarks/adapt_recipes.py --forum DIR --recipe 128:2 --recipe 256:2 \
         [--device cuda] --out FILE
 
-Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS]]`` runs every step of ``qres adapt``
+Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS]]]`` runs every step of ``qres adapt``
 (fine-tuning, conversion, the fusion fitted on the held-out tenth, the before/after report on
-the test split) into its own model set, ``rTOKENSeEPOCHS[sSEED][lLINKS]`` (TOKENS ``full``:
-MiniLM's own 256; the last epoch asks with titles, as the command does; SEED: the
-fine-tuning's seed, 0 by default; LINKS: its ``--max-links``, the newest this many training
-links, 0 for all, the command's own choice where not given).
+the test split) into its own model set, ``rTOKENSeEPOCHS[sSEED][lLINKS][tTITLE_EPOCHS]``
+(TOKENS ``full``: MiniLM's own 256; SEED: the fine-tuning's seed, 0 by default; LINKS: its
+``--max-links``, the newest this many training links, 0 for all, the command's own choice
+where not given; TITLE_EPOCHS: how many of the last epochs ask with each duplicate's title
+alone, the command's one where not given, 0 for none).
 Then each set is scored on the held-out tenth of
 the train links, dense (its cosine alone; the fusion was fitted on those queries) with whole
 questions and with titles: the figures a recipe is chosen by, since the test split is what
@@ -67,7 +68,13 @@ def held_out_scores(forum: Path, set_name: str) -> dict:
 
 
 def run_recipe(
-    forum: Path, tokens: int | None, epochs: int, device: str, seed: int, links: str = "auto"
+    forum: Path,
+    tokens: int | None,
+    epochs: int,
+    device: str,
+    seed: int,
+    links: str = "auto",
+    title_epochs: int | None = None,
 ) -> dict:
     import functools
 
@@ -75,6 +82,10 @@ def run_recipe(
 
     name = f"r{tokens or 'full'}e{epochs}" + (f"s{seed}" if seed else "")
     name += "" if links == "auto" else f"l{links or 'all'}"
+    if title_epochs is not None:
+        name += f"t{title_epochs}"
+    # read when fine-tuning starts; each recipe sets it, so one recipe's never carries over
+    forum_adapt.TITLE_EPOCHS = _command_title_epochs if title_epochs is None else title_epochs
     if seed:  # adapt trains with finetune's default seed (0)
         finetune_transformer.finetune = functools.partial(_finetune, seed=seed)
     else:
@@ -98,6 +109,7 @@ def run_recipe(
         max_links=links,
     )
     end = time.perf_counter()
+    result_title_epochs = min(forum_adapt.TITLE_EPOCHS, epochs - 1) if epochs > 1 else 0
     seconds = {
         what: round((stages[i + 1][1] if i + 1 < len(stages) else end) - at, 1)
         for i, (what, at) in enumerate(stages)
@@ -106,7 +118,7 @@ def run_recipe(
         "set": name,
         "train_tokens": tokens or "MiniLM's own (256)",
         "epochs": epochs,
-        "title_epochs": 1,
+        "title_epochs": result_title_epochs,
         "seed": seed,
         "max_links": links,
         "seconds": round(end - start, 1),
@@ -127,15 +139,19 @@ def run_recipe(
 
 
 def main() -> None:
-    global _finetune
-    from qres.training import finetune_transformer
+    global _finetune, _command_title_epochs
+    from qres.training import finetune_transformer, forum_adapt
 
     _finetune = finetune_transformer.finetune
+    _command_title_epochs = forum_adapt.TITLE_EPOCHS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--forum", type=Path, required=True)
     parser.add_argument(
-        "--recipe", action="append", required=True, help="TOKENS:EPOCHS[:SEED[:LINKS]]"
+        "--recipe",
+        action="append",
+        required=True,
+        help="TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS]]]",
     )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, required=True)
@@ -159,10 +175,13 @@ def main() -> None:
     out["recipes"] = []
     for recipe in args.recipe:
         tokens, epochs, *rest = recipe.split(":")
-        seed, links = (rest + ["0", "auto"])[:2]
+        seed, links, title_epochs = (rest + ["0", "auto", ""])[:3]
         links = links if links == "auto" else (int(links) or None)
+        title_epochs = int(title_epochs) if title_epochs else None
         tokens = None if tokens == "full" else int(tokens)
-        result = run_recipe(args.forum, tokens, int(epochs), args.device, int(seed), links)
+        result = run_recipe(
+            args.forum, tokens, int(epochs), args.device, int(seed), links, title_epochs
+        )
         result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
         out["recipes"].append(result)
         args.out.write_text(json.dumps(out, indent=1))
