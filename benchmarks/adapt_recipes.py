@@ -109,21 +109,21 @@ def run_recipe(
         max_links=links,
     )
     end = time.perf_counter()
-    result_title_epochs = min(forum_adapt.TITLE_EPOCHS, epochs - 1) if epochs > 1 else 0
     seconds = {
         what: round((stages[i + 1][1] if i + 1 < len(stages) else end) - at, 1)
         for i, (what, at) in enumerate(stages)
     }
+    fine_tuning = json.loads((plan.trained / "qres_finetune.json").read_text())
     result = {
         "set": name,
         "train_tokens": tokens or "MiniLM's own (256)",
         "epochs": epochs,
-        "title_epochs": result_title_epochs,
+        "title_epochs": fine_tuning["title_epochs"],  # as fine-tuning recorded them
         "seed": seed,
         "max_links": links,
         "seconds": round(end - start, 1),
         "stage_seconds": seconds,
-        "fine_tuning": json.loads((plan.trained / "qres_finetune.json").read_text()),
+        "fine_tuning": fine_tuning,
         "test_report": report,
         "held_out": held_out_scores(forum, name),
     }
