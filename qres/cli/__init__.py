@@ -17,14 +17,20 @@ def main() -> None:
     try:
         from qres.cli.group import main as run
     except KeyboardInterrupt:  # pressed while the modules load: nothing has started yet
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # pressed again: no exit by the signal
-        sys.exit(130)
+        _interrupted()
     try:
         run()
+    except KeyboardInterrupt:  # one click did not turn into its own exit (pressed as it starts)
+        _interrupted()
     finally:  # the command is done: a signal now would only make its exit a traceback
         from qres.cli.errors import ignore_stopping
 
         ignore_stopping()
+
+
+def _interrupted() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # pressed again: no exit by the signal
+    sys.exit(130)
 
 
 def __getattr__(name: str):
