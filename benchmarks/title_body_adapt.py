@@ -43,7 +43,13 @@ def fine_tune(pairs, out_dir: Path, epochs: int, max_tokens: int, batch: int, se
     import torch
 
     from qres.training.default_set import minilm_source
-    from qres.training.finetune_transformer import SCALE, STEP_PASSES, _embedded
+    from qres.training.finetune_transformer import (
+        SCALE,
+        STEP_PASSES,
+        _embedded,
+        descend,
+        optimizer_for,
+    )
     from qres.training.import_encoder import load_sentence_transformer
 
     torch.manual_seed(seed)
@@ -55,11 +61,7 @@ def fine_tune(pairs, out_dir: Path, epochs: int, max_tokens: int, batch: int, se
     rng = random.Random(seed)
     per_epoch = (len(pairs) + batch - 1) // batch
     steps = epochs * per_epoch
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
-    )
+    optimizer, schedule = optimizer_for(model, 2e-5, steps)
     started, step, losses = time.perf_counter(), 0, []
     model.train()
     for _ in range(epochs):
@@ -71,11 +73,7 @@ def fine_tune(pairs, out_dir: Path, epochs: int, max_tokens: int, batch: int, se
             vectors = vectors.view(len(part), 2, -1)
             scores = SCALE * vectors[:, 0] @ vectors[:, 1].T
             loss = torch.nn.functional.cross_entropy(scores, torch.arange(len(part)))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            losses.append(loss.item())
+            losses.append(descend(loss, optimizer, schedule))
             step += 1
             if step % 10 == 0 or step == steps:
                 recent = sum(losses[-10:]) / len(losses[-10:])
@@ -107,7 +105,9 @@ def make_set(trained: Path, name: str, record: dict) -> Path:
     member = root / "minilm-title-body"
     import_sentence_transformer(trained, member)
     set_title_weight(member, 0.2)
-    shipped = json.loads((Path("qres/models/minilm-set/fusion.json")).read_text())
+    shipped = json.loads(
+        (Path(__file__).parents[1] / "qres/models/minilm-set/fusion.json").read_text()
+    )
     shipped.update(
         source="the minilm set's fusion (benchmarks/title_body_adapt.py: not fitted again)",
         models=[json.loads((member / "model.json").read_text())["fingerprint"]],

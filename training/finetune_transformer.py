@@ -151,11 +151,7 @@ def finetune(
     n_pairs = len(draw(random.Random(seed), 0))
     per_epoch = (n_pairs + batch_size - 1) // batch_size
     steps = epochs * per_epoch
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    warmup = max(1, steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
-    )
+    optimizer, schedule = optimizer_for(model, lr, steps)
     step, losses, spent = 0, [], 0.0
     if checkpoint is not None and checkpoint.is_file():
         saved = torch.load(checkpoint, map_location=device, weights_only=False)
@@ -188,11 +184,7 @@ def finetune(
             loss = torch.nn.functional.cross_entropy(
                 scores, torch.arange(len(batch), device=device)
             )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            losses.append(loss.item())
+            losses.append(descend(loss, optimizer, schedule))
             step += 1
             if progress is not None:
                 progress(step, steps)
@@ -249,6 +241,25 @@ def finetune(
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     return record
+
+
+def optimizer_for(model, lr: float, steps: int):
+    """AdamW and its schedule: linear warm-up over the first 10% of ``steps``, then linear decay."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    warmup = max(1, steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
+    )
+    return optimizer, schedule
+
+
+def descend(loss, optimizer, schedule) -> float:
+    """One step down ``loss``'s gradient; returns the loss."""
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    schedule.step()
+    return loss.item()
 
 
 def _checkpoint_layers(model) -> None:
