@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_latency import machine  # noqa: E402
 
 from qres.backends import open_backend  # noqa: E402
+from qres.backends.embedded import _MAX_QUERY_TERMS  # noqa: E402
 from qres.corpus.readers import read_corpus  # noqa: E402
 from qres.text import bm25_terms  # noqa: E402
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def shaped(text: str, boost: float | None):
         clauses = []
-        for term in list(dict.fromkeys(bm25_terms(text, backend.analyzer)))[:32]:
+        for term in list(dict.fromkeys(bm25_terms(text, backend.analyzer)))[:_MAX_QUERY_TERMS]:
             title = tantivy.Query.term_query(backend._schema, "title_terms", term)
             if boost is not None:
                 title = tantivy.Query.boost_query(title, boost)
