@@ -3,13 +3,14 @@
     python benchmarks/adapt_recipes.py --forum DIR --recipe 128:2 --recipe 256:2 \
         [--device cuda] --out FILE
 
-Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS]]]`` runs every step of ``qres adapt``
+Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR]]]]`` runs every step of ``qres adapt``
 (fine-tuning, conversion, the fusion fitted on the held-out tenth, the before/after report on
-the test split) into its own model set, ``rTOKENSeEPOCHS[sSEED][lLINKS][tTITLE_EPOCHS]``
+the test split) into its own model set, ``rTOKENSeEPOCHS[sSEED][lLINKS][tTITLE_EPOCHS][rLR]``
 (TOKENS ``full``: MiniLM's own 256; SEED: the fine-tuning's seed, 0 by default; LINKS: its
 ``--max-links``, the newest this many training links, 0 for all, the command's own choice
 where not given; TITLE_EPOCHS: how many of the last epochs ask with each duplicate's title
-alone, the command's one where not given, 0 for none).
+alone, the command's one where not given, 0 for none; LR: AdamW's peak rate, the command's
+``forum_adapt.LR`` where not given).
 Then each set is scored on the held-out tenth of
 the train links, dense (its cosine alone; the fusion was fitted on those queries) with whole
 questions and with titles: the figures a recipe is chosen by, since the test split is what
@@ -75,6 +76,7 @@ def run_recipe(
     seed: int,
     links: str = "auto",
     title_epochs: int | None = None,
+    lr: float | None = None,
 ) -> dict:
     import functools
 
@@ -84,6 +86,9 @@ def run_recipe(
     name += "" if links == "auto" else f"l{links or 'all'}"
     if title_epochs is not None:
         name += f"t{title_epochs}"
+    if lr is not None:
+        name += f"r{lr:g}"
+    forum_adapt.LR = _command_lr if lr is None else lr  # what a new run records and trains at
     # read when fine-tuning starts; each recipe sets it, so one recipe's never carries over
     forum_adapt.TITLE_EPOCHS = _command_title_epochs if title_epochs is None else title_epochs
     if seed:  # adapt trains with finetune's default seed (0)
@@ -139,11 +144,12 @@ def run_recipe(
 
 
 def main() -> None:
-    global _finetune, _command_title_epochs
+    global _finetune, _command_title_epochs, _command_lr
     from qres.training import finetune_transformer, forum_adapt
 
     _finetune = finetune_transformer.finetune
     _command_title_epochs = forum_adapt.TITLE_EPOCHS
+    _command_lr = forum_adapt.LR
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--forum", type=Path, required=True)
@@ -151,7 +157,7 @@ def main() -> None:
         "--recipe",
         action="append",
         required=True,
-        help="TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS]]]",
+        help="TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR]]]]",
     )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, required=True)
@@ -175,12 +181,19 @@ def main() -> None:
     out["recipes"] = []
     for recipe in args.recipe:
         tokens, epochs, *rest = recipe.split(":")
-        seed, links, title_epochs = (rest + ["0", "auto", ""])[:3]
+        seed, links, title_epochs, lr = (rest + ["0", "auto", "", ""])[:4]
         links = links if links == "auto" else (int(links) or None)
         title_epochs = int(title_epochs) if title_epochs else None
         tokens = None if tokens == "full" else int(tokens)
         result = run_recipe(
-            args.forum, tokens, int(epochs), args.device, int(seed), links, title_epochs
+            args.forum,
+            tokens,
+            int(epochs),
+            args.device,
+            int(seed),
+            links,
+            title_epochs,
+            float(lr) if lr else None,
         )
         result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
         out["recipes"].append(result)

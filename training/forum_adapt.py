@@ -38,6 +38,10 @@ from qres import paths
 from qres.encoders import model_set
 
 EPOCHS, TITLE_EPOCHS = 2, 1
+# AdamW's peak rate. 5e-5 rather than the 2e-5 of `qres train --encoder transformer`: chosen on
+# the travel forum's held-out tenth; on SemEval train it was level (benchmarks/adapt_learning_rate.json).
+LR = 5e-5
+LR_BEFORE = 2e-5  # what a run begun by an older qres (its record names no rate) goes on with
 TRAIN_TOKENS = 128  # texts are cut to this while training on a CPU (served: MiniLM's 256)
 # On a CPU, fine-tuning reads at most the newest this many training links (pairs), so that a
 # forum with tens of thousands of them adapts in about half an hour on 2 cores, not a day;
@@ -188,7 +192,7 @@ def _started(plan: Adaptation, epochs, max_tokens, max_links, device: str, again
     if started is None:
         if max_links == "auto":
             max_links = None if _on_gpu(device) else TRAIN_LINKS
-        started = {"forum": forum, "epochs": epochs, "max_tokens": max_tokens}
+        started = {"forum": forum, "epochs": epochs, "max_tokens": max_tokens, "lr": LR}
         started["max_links"] = max_links
         started["run"] = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
         plan.work.mkdir(parents=True, exist_ok=True)
@@ -243,6 +247,7 @@ def _fine_tune(plan, step, advance, log, epochs, device, threads, settings: dict
         partial,
         plan.forum,
         epochs=epochs,
+        lr=settings.get("lr", LR_BEFORE),
         device=device,
         threads=threads or 2,
         log=log,

@@ -230,6 +230,35 @@ def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypat
     )
 
 
+def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def finetune(*_args, **kwargs):
+        asked.append(kwargs["lr"])
+        raise Stop
+
+    monkeypatch.setattr(ft, "finetune", finetune)
+    quiet = lambda *_a: None  # noqa: E731
+    plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
+    with pytest.raises(Stop):
+        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    record = plan.work / "fine-tuning.json"
+    began = json.loads(record.read_text())
+    assert began["lr"] == forum_adapt.LR == 5e-5
+    del began["lr"]  # as a run begun by a qres that recorded no rate left it
+    record.write_text(json.dumps(began))
+    with pytest.raises(Stop):  # its checkpoint's optimizer was set up for that rate
+        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    assert asked == [5e-5, forum_adapt.LR_BEFORE]
+    assert forum_adapt.LR_BEFORE == 2e-5
+
+
 class Stop(Exception):
     pass
 
