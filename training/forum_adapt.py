@@ -39,7 +39,8 @@ from qres.encoders import model_set
 
 EPOCHS, TITLE_EPOCHS = 2, 1
 # AdamW's peak rate. 5e-5 rather than the 2e-5 of `qres train --encoder transformer`: chosen on
-# the travel forum's held-out tenth; on SemEval train it was level (benchmarks/adapt_learning_rate.json).
+# the travel forum's held-out tenth; on SemEval train it was level
+# (benchmarks/adapt_learning_rate.json).
 LR = 5e-5
 LR_BEFORE = 2e-5  # what a run begun by an older qres (its record names no rate) goes on with
 TRAIN_TOKENS = 128  # texts are cut to this while training on a CPU (served: MiniLM's 256)
