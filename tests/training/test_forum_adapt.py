@@ -201,18 +201,26 @@ def test_adapt_cuts_texts_while_fine_tuning_on_a_cpu_only(
     assert asked["low_memory"] == (cut is None)
 
 
-def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypatch):
-    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+class Stop(Exception):
+    pass
+
+
+def fine_tuning_asked(monkeypatch, key: str) -> list:
+    """Fine-tuning stops (:class:`Stop`) as it starts; each call's ``key`` argument is kept in
+    the list returned."""
     asked = []
 
-    class Stop(Exception):
-        pass
-
     def finetune(*_args, **kwargs):
-        asked.append(kwargs["max_tokens"])
+        asked.append(kwargs[key])
         raise Stop
 
     monkeypatch.setattr(ft, "finetune", finetune)
+    return asked
+
+
+def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypatch):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    asked = fine_tuning_asked(monkeypatch, "max_tokens")
     plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
     quiet = lambda *_a: None  # noqa: E731
     with pytest.raises(Stop):
@@ -234,16 +242,7 @@ def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
     tmp_path, monkeypatch
 ):
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
-    asked = []
-
-    class Stop(Exception):
-        pass
-
-    def finetune(*_args, **kwargs):
-        asked.append(kwargs["lr"])
-        raise Stop
-
-    monkeypatch.setattr(ft, "finetune", finetune)
+    asked = fine_tuning_asked(monkeypatch, "lr")
     quiet = lambda *_a: None  # noqa: E731
     plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
     with pytest.raises(Stop):
@@ -257,10 +256,6 @@ def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
         forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
     assert asked == [5e-5, forum_adapt.LR_BEFORE]
     assert forum_adapt.LR_BEFORE == 2e-5
-
-
-class Stop(Exception):
-    pass
 
 
 @pytest.fixture
