@@ -3,14 +3,16 @@
     python benchmarks/adapt_recipes.py --forum DIR --recipe 128:2 --recipe 256:2 \
         [--device cuda] --out FILE
 
-Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR]]]]`` runs every step of ``qres adapt``
-(fine-tuning, conversion, the fusion fitted on the held-out tenth, the before/after report on
-the test split) into its own model set, ``rTOKENSeEPOCHS[sSEED][lLINKS][tTITLE_EPOCHS][rLR]``
-(TOKENS ``full``: MiniLM's own 256; SEED: the fine-tuning's seed, 0 by default; LINKS: its
-``--max-links``, the newest this many training links, 0 for all, the command's own choice
-where not given; TITLE_EPOCHS: how many of the last epochs ask with each duplicate's title
-alone, the command's one where not given, 0 for none; LR: AdamW's peak rate, the command's
-``forum_adapt.LR`` where not given).
+Each ``--recipe TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR[:NEGATIVES]]]]]`` runs every
+step of ``qres adapt`` (fine-tuning, conversion, the fusion fitted on the held-out tenth, the
+before/after report on the test split) into its own model set,
+``rTOKENSeEPOCHS[sSEED][lLINKS][tTITLE_EPOCHS][rLR][nNEGATIVES]`` (TOKENS ``full``: MiniLM's
+own 256; SEED: the fine-tuning's seed, 0 by default; LINKS: its ``--max-links``, the newest
+this many training links, 0 for all, the command's own choice where not given; TITLE_EPOCHS:
+how many of the last epochs ask with each duplicate's title alone, the command's one where
+not given, 0 for none; LR: AdamW's peak rate, the command's ``forum_adapt.LR`` where not
+given; NEGATIVES: ``bm25`` or ``nearest``, where the hard negatives come from, the command's
+``forum_adapt.NEGATIVES`` where not given).
 Then each set is scored on the held-out tenth of
 the train links, dense (its cosine alone; the fusion was fitted on those queries) with whole
 questions and with titles: the figures a recipe is chosen by, since the test split is what
@@ -77,6 +79,7 @@ def run_recipe(
     links: str = "auto",
     title_epochs: int | None = None,
     lr: float | None = None,
+    negatives: str | None = None,
 ) -> dict:
     import functools
 
@@ -88,6 +91,9 @@ def run_recipe(
         name += f"t{title_epochs}"
     if lr is not None:
         name += f"r{lr:g}"
+    if negatives is not None:
+        name += f"n{negatives}"
+    forum_adapt.NEGATIVES = _command_negatives if negatives is None else negatives
     forum_adapt.LR = _command_lr if lr is None else lr  # what a new run records and trains at
     # read when fine-tuning starts; each recipe sets it, so one recipe's never carries over
     forum_adapt.TITLE_EPOCHS = _command_title_epochs if title_epochs is None else title_epochs
@@ -144,12 +150,13 @@ def run_recipe(
 
 
 def main() -> None:
-    global _finetune, _command_title_epochs, _command_lr
+    global _finetune, _command_title_epochs, _command_lr, _command_negatives
     from qres.training import finetune_transformer, forum_adapt
 
     _finetune = finetune_transformer.finetune
     _command_title_epochs = forum_adapt.TITLE_EPOCHS
     _command_lr = forum_adapt.LR
+    _command_negatives = forum_adapt.NEGATIVES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--forum", type=Path, required=True)
@@ -157,7 +164,7 @@ def main() -> None:
         "--recipe",
         action="append",
         required=True,
-        help="TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR]]]]",
+        help="TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR[:NEGATIVES]]]]]",
     )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", type=Path, required=True)
@@ -181,7 +188,7 @@ def main() -> None:
     out["recipes"] = []
     for recipe in args.recipe:
         tokens, epochs, *rest = recipe.split(":")
-        seed, links, title_epochs, lr = (rest + ["0", "auto", "", ""])[:4]
+        seed, links, title_epochs, lr, negatives = (rest + ["0", "auto", "", "", ""])[:5]
         links = links if links == "auto" else (int(links) or None)
         title_epochs = int(title_epochs) if title_epochs else None
         tokens = None if tokens == "full" else int(tokens)
@@ -194,6 +201,7 @@ def main() -> None:
             links,
             title_epochs,
             float(lr) if lr else None,
+            negatives or None,
         )
         result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
         out["recipes"].append(result)

@@ -4,7 +4,9 @@
 Each (query, relevant question) pair of the training split is one example, with one hard
 negative: on SemEval one of the query's own non-relevant candidates; on a StackExchange forum
 (``--dataset stackexchange``) one of BM25's top hits over the whole forum for the query, its
-originals left out (:func:`qres.training.data.load_stackexchange`), drawn afresh each epoch,
+originals left out (:func:`qres.training.data.load_stackexchange`), or with ``negatives=
+"nearest"`` (``qres adapt``) one of the questions nearest it by the base model's own cosine
+(:func:`nearest_negatives`), drawn afresh each epoch,
 from the train split only (its newest tenth, which the GRU path keeps to choose its epoch,
 is trained on too: no epoch is chosen here, unless ``hold_out`` keeps it out so that
 ``qres tune-fusion --dataset stackexchange --held-out`` can fit the fusion on queries the
@@ -33,11 +35,15 @@ SCALE = 20.0
 CHECKPOINT_STEPS = 20  # a run with a checkpoint file saves itself this often
 STEP_PASSES = 3  # a step's texts encode in this many passes of like length (_embedded)
 FORUM_NEGATIVE_POOL = 10  # a forum pair's hard negative is one of BM25's top this many
+# The base model's nearest are looked for among a forum's questions, a fixed sample of this
+# many where it has more (the base model encodes ~80 questions/s on 2 cores at 128 tokens).
+NEAREST_AMONG = 20_000
 DATA_NOTES = {
     "semeval2016": "semeval2016 train (parts 1 and 2); dev not read",
-    "stackexchange": "stackexchange train split (oldest 80% of duplicate links), BM25 hard "
-    "negatives from the whole forum; test split not read",
+    "stackexchange": "stackexchange train split (oldest 80% of duplicate links), {negatives} "
+    "hard negatives from the whole forum; test split not read",
 }
+NEGATIVE_NAMES = {"bm25": "BM25's", "nearest": "the base model's nearest"}
 
 Triples = list[tuple[str, str, str]]
 
@@ -59,12 +65,22 @@ def training_triples(data_dir: Path | None, seed: int) -> Triples:
 class ForumTriples:
     """A forum's train-split (duplicate, original) pairs, each with a hard negative drawn
     anew per epoch from BM25's top :data:`FORUM_NEGATIVE_POOL` hits for the duplicate;
-    ``newest``: only the newest this many pairs (of :attr:`available`)."""
+    ``newest``: only the newest this many pairs (of :attr:`available`); ``embed``: the
+    negatives are instead the questions nearest each duplicate by its cosine
+    (:func:`nearest_negatives`)."""
 
-    def __init__(self, data_dir: Path | None, hold_out: bool = False, newest: int | None = None):
+    def __init__(
+        self,
+        data_dir: Path | None,
+        hold_out: bool = False,
+        newest: int | None = None,
+        embed=None,
+    ):
         from qres.training.data import load_stackexchange
 
         data = load_stackexchange(data_dir, newest)  # (BM25 searched for the newest alone)
+        if embed is not None:
+            data.train = nearest_negatives(data, embed)
         self.questions = data.questions
         self.held_out = len(data.dev) if hold_out else 0
         every = [(q.id, q.positives, q.negatives) for q in data.train]
@@ -94,6 +110,39 @@ class ForumTriples:
         ]
 
 
+def nearest_negatives(data, embed) -> list:
+    """``data.train`` with each query's hard negatives (where BM25 gave it some) replaced by
+    the questions nearest it by ``embed``'s cosine (``embed(texts)``: unit vectors, one row
+    each), its own originals left out, among every question of the forum (a fixed sample of
+    :data:`NEAREST_AMONG` where it has more). On the travel forum these beat BM25's
+    (benchmarks/adapt_nearest_negatives.json)."""
+    import numpy as np
+
+    from qres.training.data import FORUM_HARD_NEGATIVES, TrainQuery
+
+    ids = sorted(data.questions)
+    if len(ids) > NEAREST_AMONG:
+        ids = sorted(random.Random(0).sample(ids, NEAREST_AMONG))
+    vectors = embed([data.questions[i].text for i in ids])
+    row = {question: at for at, question in enumerate(ids)}
+    asking = [q for q in data.train if q.negatives and q.id not in row]
+    outside = {}  # the queries a sample left out are encoded apart
+    if asking:
+        texts = [data.questions[q.id].text for q in asking]
+        outside = dict(zip((q.id for q in asking), embed(texts), strict=True))
+    train = []
+    for q in data.train:
+        if not q.negatives:  # a query BM25 was not asked for (older than the newest links)
+            train.append(q)
+            continue
+        left_out = {q.id, *q.positives}
+        query = vectors[row[q.id]] if q.id in row else outside[q.id]
+        nearest = np.argsort(-(vectors @ query))[: FORUM_HARD_NEGATIVES + len(left_out)]
+        negatives = [ids[at] for at in nearest if ids[at] not in left_out]
+        train.append(TrainQuery(q.id, q.positives, negatives[:FORUM_HARD_NEGATIVES]))
+    return train
+
+
 def _non_relevant(query) -> list[str]:
     return [c for c in query.candidates if c not in query.relevant]
 
@@ -117,6 +166,7 @@ def finetune(
     low_memory: bool = False,
     max_tokens: int | None = None,
     newest_links: int | None = None,
+    negatives: str = "bm25",
 ) -> dict:
     """Fine-tune ``base`` and save it (sentence-transformers) in ``out_dir``.
 
@@ -129,7 +179,9 @@ def finetune(
     checkpointing): a fraction of the memory for 1.4–1.9× a step's time (2 cores).
     ``max_tokens``: each text is cut to this many tokens while training (the model still
     reads its own limit when served): attention's cost grows with the square of the length.
-    ``newest_links``: a forum's run trains on its newest this many pairs only."""
+    ``newest_links``: a forum's run trains on its newest this many pairs only.
+    ``negatives``: a forum's hard negatives, ``"bm25"`` (BM25's top hits) or ``"nearest"``
+    (the base model's nearest questions, found before it is trained)."""
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
@@ -142,7 +194,19 @@ def finetune(
     rng = random.Random(seed)
     forum_run = dataset == "stackexchange"
     if forum_run:
-        forum = ForumTriples(data_dir, hold_out, newest_links)
+        embed = None
+        if negatives == "nearest":
+
+            def embed(texts):
+                return model.encode(
+                    texts,
+                    batch_size=64,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+
+        forum = ForumTriples(data_dir, hold_out, newest_links, embed)
         first_title_epoch = epochs - title_epochs
         draw = lambda rng, epoch: forum.draw(rng, titles=epoch >= first_title_epoch)  # noqa: E731
     else:
@@ -216,7 +280,7 @@ def finetune(
     model.save(str(out_dir))
     record = {
         "base": str(base),
-        "data": DATA_NOTES[dataset]
+        "data": DATA_NOTES[dataset].format(negatives=NEGATIVE_NAMES[negatives])
         + (f"; its newest {forum.held_out} queries held out" if forum_run and hold_out else "")
         + (
             f"; trained on the newest {n_pairs} of its {forum.available} pairs"
@@ -230,7 +294,11 @@ def finetune(
         "lr": lr,
         "batch_size": batch_size,
         "loss": "in-batch softmax (scale 20) with one hard negative per pair"
-        + (f" (one of BM25's top {FORUM_NEGATIVE_POOL}, drawn per epoch)" if forum_run else ""),
+        + (
+            f" (one of {NEGATIVE_NAMES[negatives]} top {FORUM_NEGATIVE_POOL}, drawn per epoch)"
+            if forum_run
+            else ""
+        ),
         "seed": seed,
         "max_tokens": trained_tokens,
         "device": device,

@@ -8,8 +8,9 @@ tenth of train held out) and then, each step resumable:
 
 1. **fine-tune** all-MiniLM-L6-v2 on the train links without the held-out tenth (on a CPU
    the newest :data:`TRAIN_LINKS` of them; :func:`qres.training.finetune_transformer.finetune`;
-   the last epoch asks with each duplicate's title alone, as a widget does), saving a
-   checkpoint every few steps;
+   the last epoch asks with each duplicate's title alone, as a widget does; each one's hard
+   negatives are the questions MiniLM itself finds nearest it, its originals left out),
+   saving a checkpoint every few steps;
 2. **convert** it to ONNX, as ``qres import-encoder`` does, into the set's folder;
    then **choose how much of a title alone its vectors mix in** on the held-out tenth
    (:mod:`qres.training.title_weight`: 0 to 0.3, the best mean of whole-question and title
@@ -43,6 +44,11 @@ EPOCHS, TITLE_EPOCHS = 2, 1
 # (benchmarks/adapt_learning_rate.json).
 LR = 5e-5
 LR_BEFORE = 2e-5  # what a run begun by an older qres (its record names no rate) goes on with
+# Hard negatives: the questions nearest each duplicate by MiniLM's own cosine rather than
+# BM25's top hits, chosen on the travel forum's held-out tenth
+# (benchmarks/adapt_nearest_negatives.json).
+NEGATIVES = "nearest"
+NEGATIVES_BEFORE = "bm25"  # what a run whose record names none goes on with
 TRAIN_TOKENS = 128  # texts are cut to this while training on a CPU (served: MiniLM's 256)
 # On a CPU, fine-tuning reads at most the newest this many training links (pairs), so that a
 # forum with tens of thousands of them adapts in about half an hour on 2 cores, not a day;
@@ -194,6 +200,7 @@ def _started(plan: Adaptation, epochs, max_tokens, max_links, device: str, again
         if max_links == "auto":
             max_links = None if _on_gpu(device) else TRAIN_LINKS
         started = {"forum": forum, "epochs": epochs, "max_tokens": max_tokens, "lr": LR}
+        started["negatives"] = NEGATIVES
         started["max_links"] = max_links
         started["run"] = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
         plan.work.mkdir(parents=True, exist_ok=True)
@@ -242,7 +249,7 @@ def _fine_tune(plan, step, advance, log, epochs, device, threads, settings: dict
         else:
             advance(1)
 
-    step("reading the links and BM25's hard negatives", None)
+    step("reading the links and finding hard negatives", None)
     finetune(
         base,
         partial,
@@ -260,6 +267,7 @@ def _fine_tune(plan, step, advance, log, epochs, device, threads, settings: dict
         low_memory=_low_memory(settings["max_tokens"]),
         max_tokens=settings["max_tokens"],
         newest_links=settings.get("max_links"),
+        negatives=settings.get("negatives", NEGATIVES_BEFORE),
     )
     partial.replace(plan.trained)
 

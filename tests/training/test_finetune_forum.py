@@ -34,6 +34,41 @@ def test_forum_triples_pair_train_duplicates_with_their_originals_and_bm25_negat
         assert query not in {text["14"].text, text["4"].text}  # no test query, no test original
 
 
+def test_nearest_negatives_are_the_questions_closest_by_cosine_but_the_querys_originals(
+    tmp_path,
+):
+    import numpy as np
+
+    from qres.training.data import FORUM_HARD_NEGATIVES, load_stackexchange
+
+    data = load_stackexchange(write_forum(tmp_path / "forum", LINKS))
+    rng = np.random.default_rng(0)
+    unit = {}  # a fixed random unit vector per text
+
+    def embed(texts):
+        for t in texts:
+            unit.setdefault(t, rng.normal(size=8))
+        rows = np.array([unit[t] for t in texts])
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    embed([q.text for q in data.questions.values()])
+    assert any(q.negatives for q in data.train)
+    trained = ft.nearest_negatives(data, embed)
+    assert [q.id for q in trained] == [q.id for q in data.train]
+    for before, q in zip(data.train, trained, strict=True):
+        assert q.positives == before.positives
+        if not before.negatives:  # BM25 was not asked for it: it stays without
+            assert q.negatives == []
+            continue
+        cosine = {
+            i: float(embed([data.questions[i].text])[0] @ embed([data.questions[q.id].text])[0])
+            for i in data.questions
+            if i not in {q.id, *q.positives}
+        }
+        expected = sorted(cosine, key=cosine.get, reverse=True)[:FORUM_HARD_NEGATIVES]
+        assert q.negatives == expected and q.negatives != before.negatives
+
+
 def test_hold_out_keeps_the_newest_train_queries_for_fitting_the_fusion(tmp_path):
     folder = write_forum(tmp_path / "forum", LINKS)
     held = ft.ForumTriples(folder, hold_out=True)

@@ -258,6 +258,25 @@ def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
     assert forum_adapt.LR_BEFORE == 2e-5
 
 
+def test_adapt_finds_the_base_models_nearest_and_a_run_begun_before_goes_on_with_bm25s(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
+    asked = fine_tuning_asked(monkeypatch, "negatives")
+    quiet = lambda *_a: None  # noqa: E731
+    plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
+    with pytest.raises(Stop):
+        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    record = plan.work / "fine-tuning.json"
+    began = json.loads(record.read_text())
+    assert began["negatives"] == forum_adapt.NEGATIVES == "nearest"
+    del began["negatives"]  # as a run begun by a qres that recorded none left it
+    record.write_text(json.dumps(began))
+    with pytest.raises(Stop):  # its checkpoint was trained on BM25's negatives
+        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    assert asked == ["nearest", "bm25"]
+
+
 @pytest.fixture
 def interrupted_fine_tuning(monkeypatch, tmp_path):
     """Fine-tuning stops as it starts (Ctrl-C, say); QRES_HOME in tmp_path."""
