@@ -34,7 +34,7 @@ from qres.training.import_encoder import load_sentence_transformer
 SCALE = 20.0
 CHECKPOINT_STEPS = 20  # a run with a checkpoint file saves itself this often
 STEP_PASSES = 3  # a step's texts encode in this many passes of like length (_embedded)
-FORUM_NEGATIVE_POOL = 10  # a forum pair's hard negative is one of BM25's top this many
+FORUM_NEGATIVE_POOL = 10  # a forum pair's hard negative is one of the top this many found
 # The base model's nearest are looked for among a forum's questions, a fixed sample of this
 # many where it has more (the base model encodes ~80 questions/s on 2 cores at 128 tokens).
 NEAREST_AMONG = 20_000
@@ -64,7 +64,7 @@ def training_triples(data_dir: Path | None, seed: int) -> Triples:
 
 class ForumTriples:
     """A forum's train-split (duplicate, original) pairs, each with a hard negative drawn
-    anew per epoch from BM25's top :data:`FORUM_NEGATIVE_POOL` hits for the duplicate;
+    anew per epoch from the top :data:`FORUM_NEGATIVE_POOL` found for the duplicate (BM25's);
     ``newest``: only the newest this many pairs (of :attr:`available`); ``embed``: the
     negatives are instead the questions nearest each duplicate by its cosine
     (:func:`nearest_negatives`)."""
@@ -182,6 +182,8 @@ def finetune(
     ``newest_links``: a forum's run trains on its newest this many pairs only.
     ``negatives``: a forum's hard negatives, ``"bm25"`` (BM25's top hits) or ``"nearest"``
     (the base model's nearest questions, found before it is trained)."""
+    if negatives not in NEGATIVE_NAMES:
+        raise ValueError(f"negatives: {negatives!r}, not one of {sorted(NEGATIVE_NAMES)}")
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
