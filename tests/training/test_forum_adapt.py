@@ -238,22 +238,31 @@ def test_adapt_resumed_on_another_device_goes_on_as_it_began(tmp_path, monkeypat
     )
 
 
-def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
-    tmp_path, monkeypatch
-):
+def begun_then_resumed_from_an_older_record(tmp_path, monkeypatch, setting: str):
+    """What fine-tuning was asked for ``setting`` by a new run of adapt, then by the same run
+    resumed after its record lost ``setting`` (as a qres that recorded none left it); and
+    what the new run recorded for it."""
     monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
-    asked = fine_tuning_asked(monkeypatch, "lr")
+    asked = fine_tuning_asked(monkeypatch, setting)
     quiet = lambda *_a: None  # noqa: E731
     plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
     with pytest.raises(Stop):
         forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
     record = plan.work / "fine-tuning.json"
     began = json.loads(record.read_text())
-    assert began["lr"] == forum_adapt.LR == 5e-5
-    del began["lr"]  # as a run begun by a qres that recorded no rate left it
+    recorded = began.pop(setting)
     record.write_text(json.dumps(began))
-    with pytest.raises(Stop):  # its checkpoint's optimizer was set up for that rate
+    with pytest.raises(Stop):
         forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
+    return asked, recorded
+
+
+def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
+    tmp_path, monkeypatch
+):
+    asked, recorded = begun_then_resumed_from_an_older_record(tmp_path, monkeypatch, "lr")
+    assert recorded == forum_adapt.LR == 5e-5
+    # a resumed run's checkpoint's optimizer was set up for the rate it began with
     assert asked == [5e-5, forum_adapt.LR_BEFORE]
     assert forum_adapt.LR_BEFORE == 2e-5
 
@@ -261,20 +270,9 @@ def test_adapt_fine_tunes_at_its_rate_and_a_run_begun_before_it_at_the_old_one(
 def test_adapt_finds_the_base_models_nearest_and_a_run_begun_before_goes_on_with_bm25s(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("QRES_HOME", str(tmp_path / "home"))
-    asked = fine_tuning_asked(monkeypatch, "negatives")
-    quiet = lambda *_a: None  # noqa: E731
-    plan = forum_adapt.Adaptation(synthetic_forum(tmp_path / "forum"), "mine")
-    with pytest.raises(Stop):
-        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
-    record = plan.work / "fine-tuning.json"
-    began = json.loads(record.read_text())
-    assert began["negatives"] == forum_adapt.NEGATIVES == "nearest"
-    del began["negatives"]  # as a run begun by a qres that recorded none left it
-    record.write_text(json.dumps(began))
-    with pytest.raises(Stop):  # its checkpoint was trained on BM25's negatives
-        forum_adapt.adapt(plan, quiet, quiet, quiet, epochs=2, device="cpu")
-    assert asked == ["nearest", "bm25"]
+    asked, recorded = begun_then_resumed_from_an_older_record(tmp_path, monkeypatch, "negatives")
+    assert recorded == forum_adapt.NEGATIVES == "nearest"
+    assert asked == ["nearest", "bm25"]  # a resumed run's checkpoint trained on BM25's
 
 
 @pytest.fixture
