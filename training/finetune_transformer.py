@@ -79,8 +79,11 @@ class ForumTriples:
         from qres.training.data import load_stackexchange
 
         data = load_stackexchange(data_dir, newest)  # (BM25 searched for the newest alone)
+        self.nearest_among = None  # (sampled, of all): where the nearest came from a sample
         if embed is not None:
             data.train = nearest_negatives(data, embed)
+            if len(data.questions) > NEAREST_AMONG:
+                self.nearest_among = (NEAREST_AMONG, len(data.questions))
         self.questions = data.questions
         self.held_out = len(data.dev) if hold_out else 0
         every = [(q.id, q.positives, q.negatives) for q in data.train]
@@ -283,6 +286,13 @@ def finetune(
     record = {
         "base": str(base),
         "data": DATA_NOTES[dataset].format(negatives=NEGATIVE_NAMES[negatives])
+        + (
+            "; the nearest looked for among a fixed sample of {:,} of its {:,} questions".format(
+                *forum.nearest_among
+            )
+            if forum_run and forum.nearest_among
+            else ""
+        )
         + (f"; its newest {forum.held_out} queries held out" if forum_run and hold_out else "")
         + (
             f"; trained on the newest {n_pairs} of its {forum.available} pairs"

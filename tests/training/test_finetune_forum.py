@@ -69,6 +69,22 @@ def test_nearest_negatives_are_the_questions_closest_by_cosine_but_the_querys_or
         assert q.negatives == expected and q.negatives != before.negatives
 
 
+def test_a_forum_larger_than_the_sample_says_its_nearest_came_from_one(tmp_path, monkeypatch):
+    import numpy as np
+
+    folder = write_forum(tmp_path / "forum", LINKS)
+
+    def embed(texts):  # any unit vectors: what is checked is which questions were searched
+        rows = np.random.default_rng(len(texts)).normal(size=(len(texts), 4))
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    assert ft.ForumTriples(folder, embed=embed).nearest_among is None  # the whole forum
+    questions = len(ft.ForumTriples(folder).questions)
+    monkeypatch.setattr(ft, "NEAREST_AMONG", questions - 2)
+    assert ft.ForumTriples(folder, embed=embed).nearest_among == (questions - 2, questions)
+    assert ft.ForumTriples(folder).nearest_among is None  # BM25's negatives: no sample
+
+
 def test_hold_out_keeps_the_newest_train_queries_for_fitting_the_fusion(tmp_path):
     folder = write_forum(tmp_path / "forum", LINKS)
     held = ft.ForumTriples(folder, hold_out=True)

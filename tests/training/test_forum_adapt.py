@@ -372,6 +372,8 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     forum = synthetic_forum(tmp_path / "travelish")
     # a forum larger than what adapt searches: its 120 linked questions and 30 of the others
     monkeypatch.setattr(forum_adapt, "SEARCHED", 150)
+    # and larger than where the base model's nearest are looked for: a sample, as the record says
+    monkeypatch.setattr(ft, "NEAREST_AMONG", 100)
     # choosing the title weight and fitting the fusion share the forum's vectors
     shared: list[tuple[dict, int]] = []  # (the vectors shared, how many then) at each share
     share_vectors = TransformerEncoder.share_vectors
@@ -406,6 +408,10 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     record = json.loads((target / "set.json").read_text())
     assert record["members"] == [{"name": "minilm-adapted", "dir": "minilm-adapted"}]
     assert (record["fine_tuning"]["pairs"], record["fine_tuning"]["pairs_available"]) == (30, 43)
+    assert (
+        "the nearest looked for among a fixed sample of 100 of its "
+        in record["fine_tuning"]["data"]
+    )
     # the title weight chosen on the held-out links is the one its vectors are made with
     chosen = record["title_weight"]["chosen"]
     assert set(record["title_weight"]["held_out_nDCG@10"]) == {"0.0", "0.1", "0.2", "0.3"}
