@@ -287,9 +287,8 @@ def finetune(
         "base": str(base),
         "data": DATA_NOTES[dataset].format(negatives=NEGATIVE_NAMES[negatives])
         + (
-            "; the nearest looked for among a fixed sample of {:,} of its {:,} questions".format(
-                *forum.nearest_among
-            )
+            "; the nearest looked for in a fixed sample of {:,} of its {:,} questions, "
+            "not all".format(*forum.nearest_among)
             if forum_run and forum.nearest_among
             else ""
         )

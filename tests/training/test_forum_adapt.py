@@ -409,8 +409,7 @@ def test_qres_adapt_writes_a_forums_set_that_index_and_search_use_and_resumes(
     assert record["members"] == [{"name": "minilm-adapted", "dir": "minilm-adapted"}]
     assert (record["fine_tuning"]["pairs"], record["fine_tuning"]["pairs_available"]) == (30, 43)
     assert (
-        "the nearest looked for among a fixed sample of 100 of its "
-        in record["fine_tuning"]["data"]
+        "the nearest looked for in a fixed sample of 100 of its " in record["fine_tuning"]["data"]
     )
     # the title weight chosen on the held-out links is the one its vectors are made with
     chosen = record["title_weight"]["chosen"]
