@@ -187,21 +187,9 @@ def main() -> None:
     out["before_held_out"] = held_out_scores(args.forum, "minilm")
     out["recipes"] = []
     for recipe in args.recipe:
-        tokens, epochs, *rest = recipe.split(":")
-        seed, links, title_epochs, lr, negatives = (rest + ["0", "auto", "", "", ""])[:5]
-        links = links if links == "auto" else (int(links) or None)
-        title_epochs = int(title_epochs) if title_epochs else None
-        tokens = None if tokens == "full" else int(tokens)
+        tokens, epochs, seed, links, title_epochs, lr, negatives = parsed(recipe)
         result = run_recipe(
-            args.forum,
-            tokens,
-            int(epochs),
-            args.device,
-            int(seed),
-            links,
-            title_epochs,
-            float(lr) if lr else None,
-            negatives or None,
+            args.forum, tokens, epochs, args.device, seed, links, title_epochs, lr, negatives
         )
         result["peak_rss_gb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
         out["recipes"].append(result)
@@ -209,6 +197,22 @@ def main() -> None:
         print(json.dumps({k: v for k, v in result.items() if k != "held_out"}), flush=True)
         print({f: result["held_out"][f]["nDCG@10"] for f in result["held_out"]}, flush=True)
     args.out.write_text(json.dumps(out, indent=1))
+
+
+def parsed(recipe: str) -> tuple:
+    """``TOKENS:EPOCHS[:SEED[:LINKS[:TITLE_EPOCHS[:LR[:NEGATIVES]]]]]`` as run_recipe's
+    arguments; a field left out or empty takes its default (None: the command's own)."""
+    tokens, epochs, *rest = recipe.split(":")
+    seed, links, title_epochs, lr, negatives = (rest + [""] * 5)[:5]
+    return (
+        None if tokens == "full" else int(tokens),
+        int(epochs),
+        int(seed or 0),
+        "auto" if links in ("", "auto") else (int(links) or None),
+        int(title_epochs) if title_epochs else None,
+        float(lr) if lr else None,
+        negatives or None,
+    )
 
 
 if __name__ == "__main__":

@@ -566,3 +566,18 @@ def test_runs_side_by_side_times_both_ways_of_running_the_same_model(shared_data
     assert set(result["questions_per_second"]) == {"side_by_side", "one_at_a_time"}
     assert all(r["median"] > 0 for r in result["questions_per_second"].values())
     assert result["max_abs_vector_difference"] < 1e-5  # the same vectors either way
+
+
+def test_an_adapt_recipe_left_short_takes_each_missing_fields_default():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import adapt_recipes
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    parsed = adapt_recipes.parsed
+    assert parsed("128:2") == (128, 2, 0, "auto", None, None, None)
+    assert parsed("128:2:1") == (128, 2, 1, "auto", None, None, None)  # a seed alone
+    assert parsed("full:1:0:400") == (None, 1, 0, 400, None, None, None)
+    assert parsed("128:2:0:0:0") == (128, 2, 0, None, 0, None, None)  # all links, no title epoch
+    assert parsed("128:2:1:auto:::nearest") == (128, 2, 1, "auto", None, None, "nearest")
+    assert parsed("128:2:0::1:5e-5:bm25") == (128, 2, 0, "auto", 1, 5e-5, "bm25")
